@@ -1,0 +1,102 @@
+//! # spindle-stats: decide performance claims with a bounded false-positive rate
+//!
+//! Benchmarks usually run a fixed number of iterations and then eyeball a mean. This crate asks
+//! a sharper question — "is the success rate of this Bernoulli process above or below α?" — and
+//! answers it *sequentially*: you may look after every observation and stop as soon as the data
+//! suffice, and the probability of ever answering wrongly stays below the ε you chose up front.
+//! The method is Robbins' confidence sequence as used by Ding, Gandy and Hahn (the Confidence
+//! Sequence Method, CSM), following Paul Khuong's safely-rounded implementation (seed document
+//! 000, "testing SLO-type properties with the confidence sequence method").
+//!
+//! Almost any performance claim reduces to a Bernoulli stream:
+//!
+//! * an SLO ("p99 under 50 ms"): success = one request finished under 50 ms, α = 0.99;
+//! * a comparison ("A is faster than B"): success = A beat B in one paired trial, α = ½;
+//! * a ratio claim ("ours costs at most 1.25× the floor"): success = ratio ≤ 1.25 in one paired
+//!   trial, α = ½ (the claim is about the median ratio).
+//!
+//! ## Map of the crate
+//!
+//! | item | what it does |
+//! |---|---|
+//! | [`round`] | directed rounding by ULP stepping; `ln`/`ln_1p` bounds; a Kahan sum that never rounds below the exact sum |
+//! | [`log_choose_upper`] | an upper bound on ln C(n, k) from Robbins' factorial bounds |
+//! | [`csm()`] | Robbins' stopping test for one threshold |
+//! | [`beta_icdf`] | conservative ends of Beta credible intervals |
+//! | [`Driver`] | the sequential test of a stream against a threshold or a band, with ε split across everything it reports |
+//! | [`power()`] | probability that a driver decides within a budget (simulation, itself decided by CSM) |
+//! | [`quantile_bounds`] | order-statistic ranks bounding a quantile, valid under peeking |
+//! | [`SignTest`], [`sign_test`] | paired A-vs-B comparison |
+//! | [`exact_test`] | permutation test of any statistic, stopped by CSM |
+//!
+//! ## Conservative, to the last bit
+//!
+//! Every floating-point step that could move a verdict is rounded in the safe direction:
+//! upper bounds up, lower bounds down, library `ln`/`exp` allowed a few ULPs of error. The point
+//! is not that rounding is likely to matter, but that when a CI job fails nobody has to wonder
+//! whether it was rounding. The results match the seed's published values bit for bit:
+//!
+//! ```
+//! use spindle_stats::{beta_icdf, csm};
+//! let check = csm(4000, 0.98, 3972, 0.001f64.ln());
+//! assert!(check.stop && check.log_level == -17.238559826956475);
+//! assert_eq!(beta_icdf(3972, 28, 0.001, false), 0.9882119750976562);
+//! assert_eq!(beta_icdf(3972, 28, 0.001, true), 0.9963832682169742);
+//! ```
+//!
+//! ## What the guarantee assumes
+//!
+//! Observations must be independent and identically distributed. Benchmarks drift (thermal
+//! state, other tenants, frequency scaling), which is why Spindle's lab interleaves the variants
+//! of one comparison within each trial and bases claims on ratios measured in the same trial.
+//!
+//! This crate has no dependencies.
+
+use std::fmt;
+
+pub mod beta;
+pub mod compare;
+pub mod csm;
+pub mod driver;
+pub mod power;
+pub mod quantile;
+pub mod rng;
+pub mod round;
+
+pub use beta::{beta_bound, beta_icdf, rate_interval, BetaBound};
+pub use compare::{
+    exact_test, sign_test, ExactConfig, ExactOutcome, SignOutcome, SignTest, Winner,
+};
+pub use csm::{csm, log_choose_upper, CsmCheck};
+pub use driver::{drive, Decision, Driver, DriverConfig, Outcome, Side, Step};
+pub use power::{power, PowerOptions, PowerReport};
+pub use quantile::{quantile_bounds, quantile_interval, QuantileInterval, QuantileRanks};
+
+/// A parameter outside its domain.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StatsError {
+    /// `name` = `value` is outside `range`.
+    OutOfRange {
+        /// The parameter.
+        name: &'static str,
+        /// Its value.
+        value: f64,
+        /// The allowed range, in words.
+        range: &'static str,
+    },
+    /// Any other inconsistency, described in a sentence.
+    Invalid(String),
+}
+
+impl fmt::Display for StatsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StatsError::OutOfRange { name, value, range } => {
+                write!(f, "{name} = {value} is outside {range}")
+            }
+            StatsError::Invalid(message) => f.write_str(message),
+        }
+    }
+}
+
+impl std::error::Error for StatsError {}

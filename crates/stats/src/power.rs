@@ -1,0 +1,141 @@
+//! How likely is a driver to reach a correct decision within its budget?
+//!
+//! The CSM is conservative: it hedges against a false positive at any time in an infinite
+//! stream, so with a finite `max_count` it may run out of observations before deciding. Before
+//! committing a CI job to a budget, ask [`power`]: it simulates the driver on Bernoulli data with
+//! a chosen true rate and feeds "did the simulated driver decide, and decide correctly?" into an
+//! outer driver that tests that success rate against a target (0.99 by default) with a tiny ε
+//! (1e-9 by default). The answer is itself a CSM verdict: `Above` means "at least 99% of runs
+//! would decide correctly", `Below` the opposite.
+
+use crate::driver::{drive, Decision, DriverConfig, Outcome};
+use crate::rng::SplitMix64;
+use crate::StatsError;
+
+/// Options of the outer (simulation) test.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PowerOptions {
+    /// The success rate the inner driver should reach (default 0.99).
+    pub target: f64,
+    /// False-positive rate of the outer test (default 1e-9).
+    pub eps: f64,
+    /// Fewest simulations (default 100).
+    pub min_simulations: u64,
+    /// Most simulations (default 100 000).
+    pub max_simulations: u64,
+    /// Seed of the simulated data.
+    pub seed: u64,
+}
+
+impl Default for PowerOptions {
+    fn default() -> Self {
+        Self {
+            target: 0.99,
+            eps: 1e-9,
+            min_simulations: 100,
+            max_simulations: 100_000,
+            seed: 1,
+        }
+    }
+}
+
+/// The answer of [`power`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PowerReport {
+    /// The outer test: its estimate is the fraction of simulated drivers that decided correctly;
+    /// its decision says whether that fraction is above or below the target.
+    pub outer: Outcome,
+    /// The largest number of observations a simulated driver needed to decide (`max_count` if
+    /// none decided).
+    pub max_inner_n: u64,
+}
+
+/// Whether `decision` is a true statement about a stream whose success rate is `rate`.
+pub fn decision_is_correct(decision: Decision, rate: f64, config: &DriverConfig) -> bool {
+    match decision {
+        Decision::Above => rate > config.alpha_hi,
+        Decision::Below => rate < config.alpha_lo,
+        Decision::Within => config.alpha_lo < rate && rate < config.alpha_hi,
+        Decision::Undecided => false,
+    }
+}
+
+/// Estimates the probability that a driver configured as `inner` (which must have a finite
+/// `max_count`) reaches a correct decision on data with success rate `rate`.
+pub fn power(
+    rate: f64,
+    inner: &DriverConfig,
+    options: &PowerOptions,
+) -> Result<PowerReport, StatsError> {
+    if !(0.0..=1.0).contains(&rate) {
+        return Err(StatsError::OutOfRange {
+            name: "rate",
+            value: rate,
+            range: "[0, 1]",
+        });
+    }
+    inner.validate()?;
+    let outer = DriverConfig::new(options.target, options.eps)
+        .min_count(options.min_simulations)
+        .max_count(options.max_simulations);
+    outer.validate()?;
+
+    let mut rng = SplitMix64::new(options.seed);
+    let mut max_inner_n = 0;
+    let outer = drive(outer, || {
+        let out = drive(*inner, || rng.bernoulli(rate)).expect("validated above");
+        if out.decision != Decision::Undecided {
+            max_inner_n = max_inner_n.max(out.n);
+        }
+        decision_is_correct(out.decision, rate, inner)
+    })?;
+    if max_inner_n == 0 {
+        max_inner_n = inner.max_count;
+    }
+    Ok(PowerReport { outer, max_inner_n })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed_example_with_a_small_budget_is_underpowered() {
+        // Seed 000: thresholds 96% and 98%, true rate 97%, ε = 1e-3, only 1000 observations:
+        // "we can expect the CSM success rate to be less than 99%".
+        let inner = DriverConfig::band(0.96, 0.98, 1e-3).max_count(1000);
+        let report = power(0.97, &inner, &PowerOptions::default()).unwrap();
+        assert_eq!(report.outer.decision, Decision::Below);
+        assert!(report.outer.estimate < 0.2, "{:?}", report.outer);
+    }
+
+    #[test]
+    fn easy_settings_have_high_power() {
+        let inner = DriverConfig::band(0.4, 0.6, 1e-3).max_count(5000);
+        let options = PowerOptions {
+            eps: 1e-6,
+            ..PowerOptions::default()
+        };
+        let report = power(0.9, &inner, &options).unwrap();
+        assert_eq!(report.outer.decision, Decision::Above, "{:?}", report.outer);
+        assert!(report.max_inner_n < 200);
+    }
+
+    #[test]
+    fn correctness_is_judged_against_the_true_rate() {
+        let c = DriverConfig::band(0.4, 0.6, 0.01);
+        assert!(decision_is_correct(Decision::Above, 0.7, &c));
+        assert!(!decision_is_correct(Decision::Above, 0.5, &c));
+        assert!(decision_is_correct(Decision::Within, 0.5, &c));
+        assert!(!decision_is_correct(Decision::Within, 0.6, &c));
+        assert!(decision_is_correct(Decision::Below, 0.1, &c));
+        assert!(!decision_is_correct(Decision::Undecided, 0.1, &c));
+    }
+
+    #[test]
+    fn bad_rates_are_errors() {
+        let inner = DriverConfig::new(0.5, 0.01).max_count(10);
+        assert!(power(1.5, &inner, &PowerOptions::default()).is_err());
+        assert!(power(f64::NAN, &inner, &PowerOptions::default()).is_err());
+    }
+}
