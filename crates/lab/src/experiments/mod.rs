@@ -1,0 +1,55 @@
+//! The experiment catalogue. One file per experiment; each reads as variants, parameters,
+//! trial, claims.
+
+mod contention;
+
+use crate::harness::Ctx;
+use crate::report::ExperimentResult;
+
+/// What `spindle lab --list` shows.
+#[derive(Clone, Copy, Debug)]
+pub struct ExperimentInfo {
+    pub name: &'static str,
+    pub title: &'static str,
+    pub seed: &'static str,
+    pub summary: &'static str,
+}
+
+/// An experiment of the lab.
+pub trait Experiment {
+    fn info(&self) -> ExperimentInfo;
+    fn run(&self, ctx: &mut Ctx) -> Result<ExperimentResult, String>;
+}
+
+/// Every experiment, in the order the lab runs them.
+pub fn all() -> Vec<Box<dyn Experiment>> {
+    vec![Box::new(contention::Contention)]
+}
+
+/// Experiments planned in the architecture but not built yet, for `--list`.
+pub const PLANNED: &[(&str, &str)] = &[
+    (
+        "affinity",
+        "pinned vs unpinned message exchange between two threads (seed 004)",
+    ),
+    (
+        "locks",
+        "spinlocks vs futex mutexes under oversubscription: waits and idle times (seed 003)",
+    ),
+    (
+        "eventcount",
+        "event counts: signal cost, wake latency, hand-off (seed 000)",
+    ),
+    (
+        "fences",
+        "heavy barriers: membarrier, mprotect IPI, prepaid barriers (seed 000)",
+    ),
+    (
+        "smr",
+        "read-side cost of safe memory reclamation (seed 000)",
+    ),
+    ("rings", "single-writer rings vs peers (seed 004)"),
+    ("itoa", "integer formatting (seed 000)"),
+    ("sampler", "sampling without replacement (seed 002)"),
+    ("alloc", "trace-driven allocator benchmark (seed 001)"),
+];
