@@ -1,0 +1,212 @@
+//! Running a user's command (no shell), timing it, and killing it at a timeout.
+
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use rustix::process::{PidfdFlags, Signal};
+
+use crate::exit::CliError;
+
+/// A command line to run repeatedly.
+#[derive(Clone, Debug)]
+pub struct CommandLine {
+    pub program: String,
+    pub args: Vec<String>,
+    /// Let the command write to our stdout/stderr instead of discarding its output.
+    pub show_output: bool,
+}
+
+/// How one run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunEnd {
+    /// Exited with this status code (`None`: killed by a signal).
+    Exited(Option<i32>),
+    /// Killed by us at the timeout.
+    TimedOut,
+}
+
+impl std::fmt::Display for RunEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunEnd::Exited(Some(code)) => write!(f, "exit status {code}"),
+            RunEnd::Exited(None) => f.write_str("killed by a signal"),
+            RunEnd::TimedOut => f.write_str("timed out"),
+        }
+    }
+}
+
+/// One timed run.
+#[derive(Clone, Copy, Debug)]
+pub struct Run {
+    pub end: RunEnd,
+    /// From just before `spawn` to just after the process was reaped.
+    pub elapsed: Duration,
+}
+
+impl Run {
+    pub fn exited_zero(&self) -> bool {
+        self.end == RunEnd::Exited(Some(0))
+    }
+}
+
+impl CommandLine {
+    pub fn new(words: &[String], show_output: bool) -> Result<Self, CliError> {
+        let (program, args) = words
+            .split_first()
+            .ok_or_else(|| CliError::Usage("no command given".into()))?;
+        Ok(Self {
+            program: program.clone(),
+            args: args.to_vec(),
+            show_output,
+        })
+    }
+
+    /// The command as the user would type it.
+    pub fn display(&self) -> String {
+        std::iter::once(&self.program)
+            .chain(&self.args)
+            .map(|w| {
+                if w.is_empty() || w.contains(|c: char| c.is_whitespace() || c == '\'' || c == '"')
+                {
+                    format!("'{}'", w.replace('\'', r"'\''"))
+                } else {
+                    w.clone()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    fn spawn(&self) -> Result<Child, CliError> {
+        let output = || {
+            if self.show_output {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            }
+        };
+        Command::new(&self.program)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(output())
+            .stderr(output())
+            .spawn()
+            .map_err(|e| {
+                let why = match e.kind() {
+                    std::io::ErrorKind::NotFound => "command not found".to_string(),
+                    std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+                    _ => e.to_string(),
+                };
+                CliError::Execution(format!("cannot run `{}`: {why}", self.program))
+            })
+    }
+
+    /// Runs the command once; with a timeout, kills it when the timeout passes.
+    pub fn run(&self, timeout: Option<Duration>) -> Result<Run, CliError> {
+        let start = Instant::now();
+        let mut child = self.spawn()?;
+        let Some(timeout) = timeout else {
+            let status = wait(&mut child, &self.program)?;
+            return Ok(Run {
+                end: end_of(status),
+                elapsed: start.elapsed(),
+            });
+        };
+        // A pidfd names this very process even after it exits, so the kill below cannot hit a
+        // recycled pid. Kernels before 5.3 lack pidfd_open; there we fall back to kill(2).
+        let pid = rustix::process::Pid::from_raw(child.id() as i32);
+        let pidfd = pid.and_then(|p| rustix::process::pidfd_open(p, PidfdFlags::empty()).ok());
+        // Reap in a helper thread so that the measured time is not quantised by polling.
+        let (tx, rx) = mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let status = child.wait();
+            let _ = tx.send((status, start.elapsed()));
+        });
+        match rx.recv_timeout(timeout) {
+            Ok((status, elapsed)) => {
+                let _ = waiter.join();
+                let status = status.map_err(|e| reap_error(&self.program, e))?;
+                Ok(Run {
+                    end: end_of(status),
+                    elapsed,
+                })
+            }
+            Err(_) => {
+                // SIGKILL the child; the waiter then reaps it.
+                match (&pidfd, pid) {
+                    (Some(fd), _) => drop(rustix::process::pidfd_send_signal(fd, Signal::KILL)),
+                    (None, Some(pid)) => drop(rustix::process::kill_process(pid, Signal::KILL)),
+                    (None, None) => {}
+                }
+                let _ = rx.recv();
+                let _ = waiter.join();
+                Ok(Run {
+                    end: RunEnd::TimedOut,
+                    elapsed: start.elapsed(),
+                })
+            }
+        }
+    }
+}
+
+fn end_of(status: ExitStatus) -> RunEnd {
+    RunEnd::Exited(status.code())
+}
+
+fn wait(child: &mut Child, program: &str) -> Result<ExitStatus, CliError> {
+    child.wait().map_err(|e| reap_error(program, e))
+}
+
+fn reap_error(program: &str, e: std::io::Error) -> CliError {
+    CliError::Execution(format!(
+        "lost track of `{program}` while waiting for it: {e}"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cmd(words: &[&str]) -> CommandLine {
+        let words: Vec<String> = words.iter().map(|s| s.to_string()).collect();
+        CommandLine::new(&words, false).unwrap()
+    }
+
+    #[test]
+    fn runs_and_reports_exit_codes() {
+        assert!(cmd(&["true"]).run(None).unwrap().exited_zero());
+        assert_eq!(
+            cmd(&["false"]).run(None).unwrap().end,
+            RunEnd::Exited(Some(1))
+        );
+        assert_eq!(
+            cmd(&["sh", "-c", "exit 7"])
+                .run(Some(Duration::from_secs(10)))
+                .unwrap()
+                .end,
+            RunEnd::Exited(Some(7))
+        );
+    }
+
+    #[test]
+    fn timeouts_kill_the_command() {
+        let run = cmd(&["sleep", "5"])
+            .run(Some(Duration::from_millis(50)))
+            .unwrap();
+        assert_eq!(run.end, RunEnd::TimedOut);
+        assert!(run.elapsed < Duration::from_secs(4));
+    }
+
+    #[test]
+    fn missing_commands_are_clear_errors() {
+        let err = cmd(&["spindle-no-such-command"]).run(None).unwrap_err();
+        assert!(matches!(err, CliError::Execution(_)));
+        assert!(err.to_string().contains("command not found"), "{err}");
+    }
+
+    #[test]
+    fn display_quotes_words_with_spaces() {
+        assert_eq!(cmd(&["echo", "a b", "c"]).display(), "echo 'a b' c");
+    }
+}

@@ -1,0 +1,265 @@
+//! `spindle slo`: run a command until the CSM can say whether it meets a success-rate objective.
+
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use spindle_stats::{quantile_interval, Decision, Driver, DriverConfig, Step};
+
+use crate::exec::{CommandLine, RunEnd};
+use crate::exit::{self, CliResult};
+use crate::units::{format_percent, format_probability, format_seconds};
+
+pub struct SloArgs {
+    pub rate: f64,
+    pub under: Option<Duration>,
+    pub eps: f64,
+    pub min_runs: u64,
+    pub max_runs: u64,
+    pub timeout: Option<Duration>,
+    pub max_time: Option<Duration>,
+    pub json: bool,
+    pub quiet: bool,
+    pub command: CommandLine,
+}
+
+#[derive(Serialize)]
+struct FailureCounts {
+    nonzero_exit: u64,
+    killed_by_signal: u64,
+    too_slow: u64,
+    timed_out: u64,
+}
+
+#[derive(Serialize)]
+struct RunTimes {
+    min_s: f64,
+    median_s: f64,
+    p99_s: Option<f64>,
+    max_s: f64,
+}
+
+#[derive(Serialize)]
+struct SloReport {
+    verdict: &'static str,
+    exit_code: u8,
+    reason: String,
+    command: String,
+    rate: f64,
+    under_s: Option<f64>,
+    eps: f64,
+    runs: u64,
+    successes: u64,
+    estimate: f64,
+    interval: [f64; 2],
+    interval_confidence: f64,
+    failures: FailureCounts,
+    run_time: Option<RunTimes>,
+    wall_s: f64,
+}
+
+pub fn run(args: SloArgs) -> CliResult<u8> {
+    let config = DriverConfig::new(args.rate, args.eps)
+        .min_count(args.min_runs)
+        .max_count(args.max_runs);
+    let mut driver = Driver::new(config)?;
+    let progress = progress_bar(args.quiet);
+    let started = Instant::now();
+    let mut failures = FailureCounts {
+        nonzero_exit: 0,
+        killed_by_signal: 0,
+        too_slow: 0,
+        timed_out: 0,
+    };
+    let mut times = Vec::new();
+    let mut interval_at = Instant::now();
+    let mut interval = (0.0, 1.0);
+    let mut stopped_by_clock = false;
+    let mut error = None;
+
+    loop {
+        let run = match args.command.run(args.timeout) {
+            Ok(run) => run,
+            Err(e) => {
+                // Keep what was measured: report it, then fail with the error's code.
+                error = Some(e);
+                break;
+            }
+        };
+        times.push(run.elapsed.as_secs_f64());
+        let fast_enough = args.under.is_none_or(|limit| run.elapsed <= limit);
+        let success = match run.end {
+            RunEnd::Exited(Some(0)) if fast_enough => true,
+            RunEnd::Exited(Some(0)) => {
+                failures.too_slow += 1;
+                false
+            }
+            RunEnd::Exited(Some(_)) => {
+                failures.nonzero_exit += 1;
+                false
+            }
+            RunEnd::Exited(None) => {
+                failures.killed_by_signal += 1;
+                false
+            }
+            RunEnd::TimedOut => {
+                failures.timed_out += 1;
+                false
+            }
+        };
+        let step = driver.observe(success);
+        if interval_at.elapsed() > Duration::from_millis(250) {
+            interval = driver.interval();
+            interval_at = Instant::now();
+        }
+        progress.set_message(format!(
+            "runs {} · successes {} · estimate {} · interval [{}, {}]",
+            driver.n(),
+            driver.successes(),
+            format_percent(driver.estimate()),
+            format_percent(interval.0),
+            format_percent(interval.1)
+        ));
+        if let Step::Done(_) = step {
+            break;
+        }
+        if args.max_time.is_some_and(|t| started.elapsed() >= t) {
+            stopped_by_clock = true;
+            break;
+        }
+    }
+    progress.finish_and_clear();
+
+    let outcome = driver.outcome();
+    let decision = if error.is_some() || stopped_by_clock {
+        Decision::Undecided
+    } else {
+        outcome.decision
+    };
+    let (verdict, code) = match decision {
+        Decision::Above => ("holds", exit::HOLDS),
+        Decision::Below => ("violated", exit::VIOLATED),
+        _ => ("undecided", exit::UNDECIDED),
+    };
+    let success_words = match args.under {
+        Some(limit) => format!("exit 0 within {}", format_seconds(limit.as_secs_f64())),
+        None => "exit 0".to_string(),
+    };
+    let target = format_percent(args.rate);
+    let reason = match (decision, &error) {
+        (_, Some(e)) => format!("stopped early: {e}"),
+        (Decision::Above, _) => format!("more than {target} of runs {success_words}"),
+        (Decision::Below, _) => format!("fewer than {target} of runs {success_words}"),
+        _ if stopped_by_clock => {
+            format!("--max-time reached before the success rate could be told apart from {target}")
+        }
+        _ => format!(
+            "{} runs (--max-runs) were not enough to tell the success rate apart from {target}",
+            outcome.n
+        ),
+    };
+    let run_time = run_times(&times, args.eps);
+    let report = SloReport {
+        verdict,
+        exit_code: code,
+        reason: reason.clone(),
+        command: args.command.display(),
+        rate: args.rate,
+        under_s: args.under.map(|d| d.as_secs_f64()),
+        eps: args.eps,
+        runs: outcome.n,
+        successes: outcome.successes,
+        estimate: outcome.estimate,
+        interval: [outcome.interval.0, outcome.interval.1],
+        interval_confidence: 1.0 - 2.0 * config.interval_alpha(),
+        failures,
+        run_time,
+        wall_s: started.elapsed().as_secs_f64(),
+    };
+
+    // A command that never ran leaves nothing to report but the error.
+    if report.runs > 0 {
+        if args.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&report).expect("report serialises")
+            );
+        } else {
+            print_report(&report);
+        }
+    }
+    match error {
+        Some(e) => Err(e),
+        None => Ok(code),
+    }
+}
+
+fn run_times(times: &[f64], eps: f64) -> Option<RunTimes> {
+    let median = quantile_interval(times, 0.5, eps.ln())?;
+    let p99 = if times.len() >= 100 {
+        quantile_interval(times, 0.99, eps.ln()).map(|q| q.estimate)
+    } else {
+        None
+    };
+    Some(RunTimes {
+        min_s: times.iter().copied().fold(f64::INFINITY, f64::min),
+        median_s: median.estimate,
+        p99_s: p99,
+        max_s: times.iter().copied().fold(0.0, f64::max),
+    })
+}
+
+fn print_report(r: &SloReport) {
+    let headline = match r.verdict {
+        "holds" => "SLO holds",
+        "violated" => "SLO violated",
+        _ => "SLO undecided",
+    };
+    println!("{headline}: {}.", r.reason);
+    println!(
+        "  {} runs, {} successes (estimate {}); {} credible interval [{}, {}]",
+        r.runs,
+        r.successes,
+        format_percent(r.estimate),
+        format_percent(r.interval_confidence),
+        format_percent(r.interval[0]),
+        format_percent(r.interval[1])
+    );
+    let f = &r.failures;
+    let failed = f.nonzero_exit + f.killed_by_signal + f.too_slow + f.timed_out;
+    if failed > 0 {
+        println!(
+            "  failures: {} non-zero exit, {} killed by a signal, {} too slow, {} timed out",
+            f.nonzero_exit, f.killed_by_signal, f.too_slow, f.timed_out
+        );
+    }
+    if let Some(t) = &r.run_time {
+        let p99 = t
+            .p99_s
+            .map(|p| format!(", p99 {}", format_seconds(p)))
+            .unwrap_or_default();
+        println!(
+            "  run time: min {}, median {}{p99}, max {} (whole test {})",
+            format_seconds(t.min_s),
+            format_seconds(t.median_s),
+            format_seconds(t.max_s),
+            format_seconds(r.wall_s)
+        );
+    }
+    println!(
+        "  false-positive rate of this verdict: at most {}",
+        format_probability(r.eps)
+    );
+}
+
+pub fn progress_bar(quiet: bool) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {elapsed} {msg}").expect("valid template"),
+    );
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
+}

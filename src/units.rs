@@ -1,0 +1,156 @@
+//! Parsing and printing of durations and probabilities for the command line.
+
+use std::time::Duration;
+
+/// Parses `1.5s`, `50ms`, `250us` (or `250µs`), `100ns`, `2m`, `1h`; a bare number means seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    // The unit is the trailing run of letters (so that the 'e' of "1e-3s" stays in the number).
+    let unit_start = t
+        .char_indices()
+        .rev()
+        .take_while(|(_, c)| c.is_alphabetic())
+        .last()
+        .map(|(i, _)| i)
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(unit_start);
+    let value: f64 = number.trim().parse().map_err(|_| {
+        format!("cannot parse duration '{text}': expected a number followed by ns, us, ms, s, m or h (e.g. 50ms)")
+    })?;
+    let scale = match unit.trim() {
+        "ns" => 1e-9,
+        "us" | "µs" | "μs" => 1e-6,
+        "ms" => 1e-3,
+        "" | "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        other => {
+            return Err(format!(
+                "cannot parse duration '{text}': unknown unit '{other}' (use ns, us, ms, s, m or h)"
+            ))
+        }
+    };
+    let seconds = value * scale;
+    if !seconds.is_finite() || seconds < 0.0 {
+        return Err(format!(
+            "duration '{text}' must be a non-negative, finite time"
+        ));
+    }
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("duration '{text}' is too long"))
+}
+
+/// `1.23 ms`, `45.6 µs`, `2.00 s`: three significant digits, the unit chosen to fit.
+pub fn format_seconds(seconds: f64) -> String {
+    let (value, unit) = if seconds >= 1.0 {
+        (seconds, "s")
+    } else if seconds >= 1e-3 {
+        (seconds * 1e3, "ms")
+    } else if seconds >= 1e-6 {
+        (seconds * 1e6, "µs")
+    } else {
+        (seconds * 1e9, "ns")
+    };
+    let decimals = if value >= 100.0 {
+        0
+    } else if value >= 10.0 {
+        1
+    } else {
+        2
+    };
+    format!("{value:.decimals$} {unit}")
+}
+
+/// A percentage with enough digits to show how close to 100% (or 0%) it is: `50.00%`,
+/// `99.9953%`, `0.0012%`.
+pub fn format_percent(p: f64) -> String {
+    let pct = p * 100.0;
+    let distance = if pct > 50.0 { 100.0 - pct } else { pct };
+    let digits = if distance > 0.0 && distance < 1.0 {
+        // Two significant digits of the distance to the nearer end.
+        ((-distance.log10()).floor() as usize + 2).min(10)
+    } else {
+        2
+    };
+    let text = format!("{pct:.digits$}");
+    let text = if digits > 2 {
+        text.trim_end_matches('0').to_string()
+    } else {
+        text
+    };
+    format!("{text}%")
+}
+
+/// A small probability as people write it: `1e-6`, `0.001`, `0.05`.
+pub fn format_probability(p: f64) -> String {
+    if p != 0.0 && p.abs() < 1e-3 {
+        format!("{p:e}")
+    } else {
+        format!("{p}")
+    }
+}
+
+/// A probability argument in the open interval (lo, hi).
+pub fn parse_open_unit(name: &str, text: &str, lo: f64, hi: f64) -> Result<f64, String> {
+    let value: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{name} must be a number, not '{text}'"))?;
+    if !(value > lo && value < hi) {
+        return Err(format!("{name} = {text} is outside ({lo}, {hi})"));
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("50ms").unwrap(), Duration::from_millis(50));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
+        assert_eq!(parse_duration("250µs").unwrap(), Duration::from_micros(250));
+        assert_eq!(parse_duration("100ns").unwrap(), Duration::from_nanos(100));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1e-3s").unwrap(), Duration::from_millis(1));
+        assert_eq!(parse_duration(" 3 ms ").unwrap(), Duration::from_millis(3));
+    }
+
+    #[test]
+    fn bad_durations_say_why() {
+        for bad in ["", "ms", "fast", "5 sec", "-1s", "1e400s", "nan"] {
+            let err = parse_duration(bad).unwrap_err();
+            assert!(err.contains(bad.trim()) || bad.is_empty(), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn formatting() {
+        assert_eq!(format_seconds(0.001234), "1.23 ms");
+        assert_eq!(format_seconds(2.0), "2.00 s");
+        assert_eq!(format_seconds(45.6e-6), "45.6 µs");
+        assert_eq!(format_seconds(120e-9), "120 ns");
+        assert_eq!(format_percent(0.5), "50.00%");
+        assert_eq!(format_percent(1.0), "100.00%");
+        assert_eq!(format_percent(0.99995), "99.995%");
+        assert_eq!(format_percent(0.9999995), "99.99995%");
+        assert_eq!(format_percent(0.0000123), "0.0012%");
+        assert_eq!(format_percent(0.95), "95.00%");
+        assert_eq!(format_probability(1e-6), "1e-6");
+        assert_eq!(format_probability(0.001), "0.001");
+    }
+
+    #[test]
+    fn open_unit_interval() {
+        assert_eq!(parse_open_unit("rate", "0.99", 0.0, 1.0), Ok(0.99));
+        assert!(parse_open_unit("rate", "1", 0.0, 1.0)
+            .unwrap_err()
+            .contains("outside"));
+        assert!(parse_open_unit("rate", "x", 0.0, 1.0)
+            .unwrap_err()
+            .contains("number"));
+        assert!(parse_open_unit("eps", "0.5", 0.0, 0.5).is_err());
+    }
+}

@@ -1,0 +1,296 @@
+//! End-to-end tests of the `spindle` binary: verdicts, exit codes, error messages, JSON, and a
+//! smoke run of the lab. No test asserts a timing.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn spindle(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_spindle"))
+        .args(args)
+        .output()
+        .expect("spindle runs")
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().expect("exited normally")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(out)))
+}
+
+#[test]
+fn slo_true_holds_and_false_is_violated_after_a_handful_of_runs() {
+    let out = spindle(&["slo", "--quiet", "--json", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["verdict"], "holds");
+    assert_eq!(v["runs"], v["successes"]);
+
+    let out = spindle(&["slo", "--quiet", "--json", "--", "false"]);
+    assert_eq!(code(&out), 1);
+    let v = json(&out);
+    assert_eq!(v["verdict"], "violated");
+    assert!(v["runs"].as_u64().unwrap() <= 5, "{v}");
+    assert_eq!(v["failures"]["nonzero_exit"], v["runs"]);
+}
+
+#[test]
+fn slo_gives_up_at_max_runs_with_exit_2() {
+    let out = spindle(&["slo", "--quiet", "--max-runs", "20", "--", "true"]);
+    assert_eq!(code(&out), 2);
+    assert!(stdout(&out).contains("undecided"), "{}", stdout(&out));
+}
+
+#[test]
+fn slo_counts_timeouts_as_failures() {
+    let out = spindle(&[
+        "slo",
+        "--quiet",
+        "--json",
+        "--timeout",
+        "20ms",
+        "--",
+        "sleep",
+        "5",
+    ]);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["failures"]["timed_out"], v["runs"]);
+}
+
+#[test]
+fn usage_errors_exit_3_with_a_clear_message() {
+    for (args, needle) in [
+        (
+            &["slo", "--rate", "1.5", "--", "true"][..],
+            "outside (0, 1)",
+        ),
+        (&["slo", "--rate", "0", "--", "true"][..], "outside (0, 1)"),
+        (
+            &["slo", "--eps", "0.5", "--", "true"][..],
+            "outside (0, 0.5)",
+        ),
+        (
+            &["slo", "--under", "fast", "--", "true"][..],
+            "cannot parse duration",
+        ),
+        (
+            &["slo", "--min-runs", "10", "--max-runs", "5", "--", "true"][..],
+            "exceeds",
+        ),
+        (&["slo", "true"][..], ""),
+        (&["compare", "--", "true", "false"][..], ":::"),
+        (
+            &["compare", "--band", "0.7", "--", "true", ":::", "true"][..],
+            "band",
+        ),
+        (
+            &["stats", "csm", "10", "0.5", "11", "0.01"][..],
+            "cannot exceed",
+        ),
+        (&["stats", "beta-icdf", "0", "3", "0.01"][..], "[1, 2^44]"),
+        (&["lab", "no-such-experiment"][..], "unknown experiment"),
+        (&["no-such-subcommand"][..], ""),
+    ] {
+        let out = spindle(args);
+        assert_eq!(code(&out), 3, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(needle), "{args:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn help_and_version_exit_0() {
+    for args in [&["--help"][..], &["slo", "--help"][..], &["--version"][..]] {
+        let out = spindle(args);
+        assert_eq!(code(&out), 0, "{args:?}");
+        assert!(!stdout(&out).is_empty());
+    }
+    assert!(stdout(&spindle(&["slo", "--help"])).contains("Exit codes"));
+}
+
+#[test]
+fn missing_commands_exit_4() {
+    let out = spindle(&["slo", "--quiet", "--", "spindle-surely-not-a-command"]);
+    assert_eq!(code(&out), 4);
+    assert!(
+        stderr(&out).contains("command not found"),
+        "{}",
+        stderr(&out)
+    );
+    let out = spindle(&["compare", "--quiet", "--", "true", ":::", "false"]);
+    assert_eq!(code(&out), 4);
+    assert!(stderr(&out).contains("failed"), "{}", stderr(&out));
+}
+
+#[test]
+fn compare_names_an_obvious_winner_both_ways() {
+    // 50 ms of difference per run is not a timing assertion: it is the obvious case that any
+    // comparison tool must get right, in both orders.
+    let out = spindle(&[
+        "compare", "--quiet", "--json", "--warmup", "0", "--", "true", ":::", "sleep", "0.05",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    assert_eq!(json(&out)["verdict"], "A faster");
+    let out = spindle(&[
+        "compare", "--quiet", "--json", "--warmup", "0", "--", "sleep", "0.05", ":::", "true",
+    ]);
+    assert_eq!(code(&out), 1);
+    let v = json(&out);
+    assert_eq!(v["verdict"], "A slower");
+    assert!(v["median_ratio_a_over_b"].as_f64().unwrap() > 1.0);
+}
+
+#[test]
+fn compare_of_one_command_with_itself_names_no_winner() {
+    let out = spindle(&[
+        "compare",
+        "--quiet",
+        "--json",
+        "--max-runs",
+        "300",
+        "--",
+        "true",
+        ":::",
+        "true",
+    ]);
+    assert_eq!(code(&out), 2, "{}", stdout(&out));
+    let verdict = json(&out)["verdict"].as_str().unwrap().to_string();
+    assert!(
+        verdict == "undecided" || verdict == "indistinguishable",
+        "{verdict}"
+    );
+}
+
+#[test]
+fn stats_reproduce_the_seed_examples() {
+    let out = spindle(&["stats", "csm", "4000", "0.98", "3972", "0.001", "--json"]);
+    assert_eq!(code(&out), 0);
+    let v = json(&out);
+    assert_eq!(v["stop"], true);
+    assert_eq!(v["log_level"].as_f64().unwrap(), -17.238559826956475);
+    assert_eq!(v["side"], "above");
+
+    let out = spindle(&["stats", "beta-icdf", "3972", "28", "0.001"]);
+    assert_eq!(stdout(&out).trim(), "0.9882119750976562");
+    let out = spindle(&["stats", "beta-icdf", "3972", "28", "0.001", "--upper"]);
+    assert_eq!(stdout(&out).trim(), "0.9963832682169742");
+
+    let out = spindle(&["stats", "quantile", "1000", "0.5", "0.001", "--json"]);
+    let v = json(&out);
+    assert_eq!(v["estimate_rank"], 500);
+    assert!(v["lower_rank"].as_u64().unwrap() < 500 && v["upper_rank"].as_u64().unwrap() > 500);
+}
+
+fn stream(args: &[&str], input: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spindle"))
+        .args(["stats", "stream"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The filter may exit before reading everything (that is its point): ignore broken pipes.
+    let _ = child.stdin.take().unwrap().write_all(input.as_bytes());
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn stats_stream_decides_as_soon_as_it_can() {
+    let ones = "1\n".repeat(5000);
+    let out = stream(&["--rate", "0.9", "--json"], &ones);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let n = json(&out)["n"].as_u64().unwrap();
+    assert!(n < 5000, "stopped early, at {n}");
+
+    let out = stream(&["--rate", "0.9"], &"0\n".repeat(100));
+    assert_eq!(code(&out), 1);
+
+    let out = stream(&["--rate", "0.9"], "1\n0\n1\n");
+    assert_eq!(code(&out), 2, "end of input without a decision");
+
+    let latencies = "0.01\n# comment\n\n".repeat(3000);
+    let out = stream(&["--rate", "0.99", "--under", "0.05"], &latencies);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+
+    let out = stream(&["--rate", "0.9"], "1\nmaybe\n");
+    assert_eq!(code(&out), 3);
+    assert!(stderr(&out).contains("line 2"), "{}", stderr(&out));
+}
+
+#[test]
+fn lab_lists_and_smoke_runs_with_a_complete_report() {
+    let out = spindle(&["lab", "--list"]);
+    assert_eq!(code(&out), 0);
+    assert!(stdout(&out).contains("contention"));
+
+    let dir = std::env::temp_dir().join(format!("spindle-lab-test-{}", std::process::id()));
+    let out = spindle(&[
+        "lab",
+        "contention",
+        "--smoke",
+        "--json",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let v = json(&out);
+    let machine = &v["machine"];
+    for key in [
+        "cpu_model",
+        "cpus_online",
+        "kernel",
+        "hz",
+        "clocksource",
+        "tsc_ghz",
+        "membarrier_mask",
+        "rseq",
+        "perf_counters",
+    ] {
+        assert!(machine.get(key).is_some(), "machine.{key} missing");
+    }
+    let e = &v["experiments"][0];
+    assert_eq!(e["name"], "contention");
+    assert_eq!(e["variants"].as_array().unwrap().len(), 12);
+    let claims = e["claims"].as_array().unwrap();
+    assert!(claims.len() >= 3);
+    for c in claims {
+        let verdict = c["verdict"].as_str().unwrap();
+        assert!(["holds", "violated", "undecided"].contains(&verdict));
+        assert!(c["trials"].as_u64().unwrap() >= 1);
+    }
+    assert_eq!(v["partial"], false);
+
+    // The files on disk say the same, and the page is self-contained.
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
+    assert_eq!(saved["experiments"][0]["name"], "contention");
+    let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    assert!(html.contains("<svg") && html.contains("contention"));
+    // Nothing is fetched: no external sources, stylesheets or scripts.
+    assert!(
+        !html.contains("src=\"http") && !html.contains("href=\"http") && !html.contains("<link")
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn lab_refuses_an_unwritable_report_directory_before_measuring() {
+    let out = spindle(&["lab", "--smoke", "--out", "/proc/spindle-cannot-write-here"]);
+    assert_eq!(code(&out), 4, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot create report directory"),
+        "{}",
+        stderr(&out)
+    );
+}
