@@ -185,6 +185,13 @@ pub fn write_report(dir: &Path, report: &LabReport) -> Result<Vec<PathBuf>, Stri
     Ok(vec![json_path, html_path])
 }
 
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path)
+        .map_err(|e| format!("cannot move {} into place: {e}", path.display()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,11 +202,4 @@ mod tests {
         assert_eq!(utc_string(951_782_400), "2000-02-29 00:00 UTC");
         assert_eq!(utc_string(1_795_253_336), "2026-11-21 09:28 UTC");
     }
-}
-
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path)
-        .map_err(|e| format!("cannot move {} into place: {e}", path.display()))
 }
