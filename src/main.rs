@@ -294,6 +294,9 @@ fn run(cli: Cli) -> CliResult<u8> {
             quiet: a.quiet,
         }),
         Command::Slo(a) => {
+            if a.max_runs == 0 {
+                return Err(exit::usage("--max-runs must be at least 1"));
+            }
             if a.min_runs > a.max_runs {
                 return Err(exit::usage(format!(
                     "--min-runs {} exceeds --max-runs {}",
@@ -314,6 +317,9 @@ fn run(cli: Cli) -> CliResult<u8> {
             })
         }
         Command::Compare(a) => {
+            if a.max_runs == 0 {
+                return Err(exit::usage("--max-runs must be at least 1"));
+            }
             let (cmd_a, cmd_b) = compare::split_commands(&a.commands)?;
             compare::run(compare::CompareArgs {
                 eps: a.eps,

@@ -156,6 +156,12 @@ pub struct StreamArgs {
 
 /// Reads outcomes from stdin and exits as soon as the CSM decides.
 pub fn stream_cmd(args: StreamArgs) -> CliResult<u8> {
+    if args.under.is_some_and(|x| !x.is_finite()) {
+        return Err(usage("--under must be a finite number"));
+    }
+    if args.max == Some(0) {
+        return Err(usage("--max must be at least 1"));
+    }
     let mut config = DriverConfig::new(args.rate, args.eps).min_count(args.min);
     if let Some(max) = args.max {
         config = config.max_count(max);

@@ -13,12 +13,18 @@ use crate::sys;
 pub struct Machine {
     /// CPU model name from /proc/cpuinfo.
     pub cpu_model: String,
+    /// Family, model and stepping numbers (they tell CPU generations apart when the name does not).
+    pub cpu_family_model: String,
     /// CPUs online.
     pub cpus_online: usize,
     /// CPUs this process may use (its affinity mask).
     pub cpus_allowed: Vec<usize>,
+    /// Hardware threads per core as the kernel sees them (1: no SMT siblings visible).
+    pub threads_per_core: usize,
     /// Running under a hypervisor (the `hypervisor` CPU flag).
     pub virtualised: bool,
+    /// The hypervisor's CPUID signature ("KVMKVMKVM", "Microsoft Hv", …), when virtualised.
+    pub hypervisor: Option<String>,
     /// Kernel release and build string.
     pub kernel: String,
     /// Scheduler tick rate (CONFIG_HZ) and where it came from.
@@ -92,9 +98,21 @@ impl Machine {
         let perf = sys::perf_counters();
         Machine {
             cpu_model: field("model name").unwrap_or_else(|| "unknown".into()),
+            cpu_family_model: format!(
+                "family {} model {} stepping {}",
+                field("cpu family").unwrap_or_else(|| "?".into()),
+                field("model").unwrap_or_else(|| "?".into()),
+                field("stepping").unwrap_or_else(|| "?".into())
+            ),
             cpus_online: online_cpus(),
             cpus_allowed: sys::allowed_cpus(),
+            threads_per_core: threads_per_core(),
             virtualised: has_flag("hypervisor"),
+            hypervisor: if has_flag("hypervisor") {
+                sys::hypervisor_signature()
+            } else {
+                None
+            },
             kernel,
             hz,
             hz_source,
@@ -156,6 +174,22 @@ fn online_cpus() -> usize {
                 .map(|n| n.get())
                 .unwrap_or(1)
         })
+}
+
+fn threads_per_core() -> usize {
+    // "0", "0,8" or "0-1": the hardware threads sharing cpu0's core.
+    read_trimmed("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list")
+        .map(|s| {
+            s.split(',')
+                .map(|r| match r.split_once('-') {
+                    Some((a, b)) => {
+                        b.parse::<usize>().unwrap_or(0) + 1 - a.parse::<usize>().unwrap_or(0)
+                    }
+                    None => 1,
+                })
+                .sum()
+        })
+        .unwrap_or(1)
 }
 
 fn meminfo_gib() -> Option<f64> {

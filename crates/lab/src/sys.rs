@@ -38,6 +38,34 @@ pub fn calibrate_tsc(window: std::time::Duration) -> f64 {
     rates[1]
 }
 
+/// The hypervisor's vendor signature from CPUID leaf 0x4000_0000 (e.g. "KVMKVMKVM"), or None
+/// when there is none to read. Only meaningful when the `hypervisor` CPU flag is set.
+pub fn hypervisor_signature() -> Option<String> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: CPUID exists on every x86-64 CPU (newer toolchains mark __cpuid safe, older
+        // ones unsafe; the allow keeps both quiet). Leaves in the 0x4000_0000 range belong to
+        // hypervisors; the caller checks the hypervisor flag first.
+        #[allow(unused_unsafe)]
+        let r = unsafe { core::arch::x86_64::__cpuid(0x4000_0000) };
+        let bytes: Vec<u8> = [r.ebx, r.ecx, r.edx]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        let text: String = bytes
+            .iter()
+            .take_while(|&&b| b != 0)
+            .map(|&b| b as char)
+            .collect();
+        let text = text.trim().to_string();
+        (!text.is_empty() && text.chars().all(|c| c.is_ascii_graphic() || c == ' ')).then_some(text)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        None
+    }
+}
+
 /// CPUs this process may run on, in order.
 pub fn allowed_cpus() -> Vec<usize> {
     match rustix::thread::sched_getaffinity(None) {

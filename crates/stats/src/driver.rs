@@ -26,10 +26,14 @@
 //! ε/3 for each test and ε/6 for each interval end. So the probability that *any* statement in
 //! an [`Outcome`] is wrong is at most ε, however many observations it took.
 
-use crate::beta::rate_interval;
-use crate::csm::{csm, MAX_COUNT};
+use crate::beta::{rate_interval, MAX_BETA_PARAM};
+use crate::csm::csm;
 use crate::round::{ln_down, next_down};
 use crate::StatsError;
+
+/// Most observations a driver accepts: its credible interval needs Beta(s + 1, n − s + 1) with
+/// parameters of at most 2^44.
+pub const MAX_OBSERVATIONS: u64 = MAX_BETA_PARAM - 2;
 
 /// What a driver has concluded about one threshold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,7 +99,7 @@ impl DriverConfig {
             alpha_hi: hi,
             eps,
             min_count: 1,
-            max_count: MAX_COUNT - 1,
+            max_count: MAX_OBSERVATIONS,
         }
     }
 
@@ -140,15 +144,15 @@ impl DriverConfig {
                 range: "(0, 1)",
             });
         }
-        if self.max_count == 0 || self.max_count >= MAX_COUNT {
+        if self.max_count == 0 || self.max_count > MAX_OBSERVATIONS {
             return Err(StatsError::Invalid(format!(
-                "max_count must be between 1 and 2^49, not {}",
+                "the maximum number of observations must be between 1 and 2^44 - 2, not {}",
                 self.max_count
             )));
         }
         if self.min_count > self.max_count {
             return Err(StatsError::Invalid(format!(
-                "min_count {} exceeds max_count {}",
+                "the minimum number of observations ({}) exceeds the maximum ({})",
                 self.min_count, self.max_count
             )));
         }

@@ -166,7 +166,7 @@ impl Experiment for Contention {
                 },
             ),
             Profile::Quick => (
-                1u64 << 20,
+                1u64 << 22,
                 Budget {
                     min_trials: 12,
                     max_trials: 60,
