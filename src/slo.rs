@@ -108,7 +108,7 @@ pub fn run(args: SloArgs) -> CliResult<u8> {
             }
         };
         let step = driver.observe(success);
-        if interval_at.elapsed() > Duration::from_millis(250) {
+        if driver.n() == 1 || interval_at.elapsed() > Duration::from_millis(250) {
             interval = driver.interval();
             interval_at = Instant::now();
         }
