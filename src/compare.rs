@@ -9,6 +9,7 @@ use spindle_stats::{quantile_interval, SignTest, Step, Winner};
 
 use crate::exec::CommandLine;
 use crate::exit::{self, CliError, CliResult};
+use crate::output;
 use crate::slo::progress_bar;
 use crate::units::{format_percent, format_probability, format_seconds};
 
@@ -177,14 +178,7 @@ pub fn run(args: CompareArgs) -> CliResult<u8> {
         median_ratio_interval: [ratio.lower, ratio.upper],
         wall_s: started.elapsed().as_secs_f64(),
     };
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("report serialises")
-        );
-    } else {
-        print_report(&report);
-    }
+    output::emit(args.json, &report, print_report);
     match error {
         Some(e) => Err(e),
         None => Ok(code),

@@ -55,10 +55,7 @@ pub fn run(args: LabCli) -> CliResult<u8> {
         LabError::Output(m) => CliError::Execution(m),
     })?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&outcome.report).expect("report serialises")
-        );
+        crate::output::print_json(&outcome.report);
     } else {
         print!("{}", spindle_lab::report::render_terminal(&outcome.report));
         if let Some(html) = outcome

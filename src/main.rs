@@ -5,6 +5,7 @@ mod compare;
 mod exec;
 mod exit;
 mod lab;
+mod output;
 mod slo;
 mod stats_cmd;
 mod units;

@@ -8,6 +8,7 @@ use spindle_stats::{quantile_interval, Decision, Driver, DriverConfig, Step};
 
 use crate::exec::{CommandLine, RunEnd};
 use crate::exit::{self, CliResult};
+use crate::output;
 use crate::units::{format_percent, format_probability, format_seconds};
 
 pub struct SloArgs {
@@ -179,14 +180,7 @@ pub fn run(args: SloArgs) -> CliResult<u8> {
 
     // A command that never ran leaves nothing to report but the error.
     if report.runs > 0 {
-        if args.json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&report).expect("report serialises")
-            );
-        } else {
-            print_report(&report);
-        }
+        output::emit(args.json, &report, print_report);
     }
     match error {
         Some(e) => Err(e),

@@ -8,14 +8,8 @@ use spindle_stats::{
 };
 
 use crate::exit::{self, usage, CliError, CliResult};
+use crate::output::print_json;
 use crate::units::format_percent;
-
-fn print_json(value: &impl Serialize) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(value).expect("serialisable")
-    );
-}
 
 pub fn csm_cmd(n: u64, alpha: f64, successes: u64, eps: f64, json: bool) -> CliResult<u8> {
     if successes > n {

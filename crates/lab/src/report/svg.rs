@@ -115,33 +115,39 @@ where
         let mut chart = builder
             .build_cartesian_2d((range.0..range.1).log_scale(), 0.0..n)
             .map_err(err)?;
-        chart
-            .configure_mesh()
-            .disable_y_mesh()
-            .y_labels(labels.len() * 2 + 1)
-            .y_label_formatter(&label_of)
-            .x_desc(axis)
-            .x_label_formatter(&|v| short_number(*v))
-            .label_style(("sans-serif", 13))
-            .draw()
-            .map_err(err)?;
+        mesh(&mut chart, labels.len(), axis, &label_of)?;
         draw_log(&mut chart)
     } else {
         let mut chart = builder
             .build_cartesian_2d(range.0..range.1, 0.0..n)
             .map_err(err)?;
-        chart
-            .configure_mesh()
-            .disable_y_mesh()
-            .y_labels(labels.len() * 2 + 1)
-            .y_label_formatter(&label_of)
-            .x_desc(axis)
-            .x_label_formatter(&|v| short_number(*v))
-            .label_style(("sans-serif", 13))
-            .draw()
-            .map_err(err)?;
+        mesh(&mut chart, labels.len(), axis, &label_of)?;
         draw_linear(&mut chart)
     }
+}
+
+/// Axes, ticks and row labels, the same for linear and log value axes.
+fn mesh<DB, X>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<X, plotters::coord::types::RangedCoordf64>>,
+    rows: usize,
+    axis: &str,
+    label_of: &dyn Fn(&f64) -> String,
+) -> Result<(), String>
+where
+    DB: DrawingBackend,
+    DB::ErrorType: 'static,
+    X: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
+{
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(rows * 2 + 1)
+        .y_label_formatter(label_of)
+        .x_desc(axis)
+        .x_label_formatter(&|v| short_number(*v))
+        .label_style(("sans-serif", 13))
+        .draw()
+        .map_err(err)
 }
 
 /// Row `i` (from the top) occupies y in [n - i - 1, n - i].
