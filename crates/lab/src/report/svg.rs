@@ -52,7 +52,7 @@ fn x_range(values: impl Iterator<Item = f64>, log: bool) -> Option<(f64, f64)> {
     }
     if log {
         Some((
-            10f64.powf(lo.log10().floor()),
+            10f64.powf((lo * 0.9).log10().floor()),
             10f64.powf((hi * 1.05).log10().ceil()),
         ))
     } else {
@@ -405,6 +405,15 @@ mod tests {
             bars: vec![],
         };
         assert!(render(&bars).contains("chart unavailable"));
+    }
+
+    #[test]
+    fn log_axes_leave_room_left_of_the_smallest_bar() {
+        // A bar of exactly 1 must not start at the axis origin (it would have no length).
+        let (lo, hi) = x_range([1.0, 20.0].into_iter(), true).unwrap();
+        assert!(lo < 1.0 && hi >= 20.0, "{lo} {hi}");
+        assert_eq!(x_range([f64::NAN].into_iter(), true), None);
+        assert_eq!(x_range([-1.0, 0.0].into_iter(), true), None);
     }
 
     #[test]
