@@ -61,8 +61,11 @@ struct CompareReport {
     pairs: u64,
     ties: u64,
     p_a_faster: f64,
+    /// Confidence interval of P(A faster), valid at the stopping time.
     p_a_faster_interval: [f64; 2],
-    interval_confidence: f64,
+    interval_level: f64,
+    /// Bayesian credible interval of P(A faster) (uniform prior), same nominal level.
+    p_a_faster_credible: [f64; 2],
     band: f64,
     eps: f64,
     median_ratio_a_over_b: f64,
@@ -170,8 +173,9 @@ pub fn run(args: CompareArgs) -> CliResult<u8> {
         pairs: times_a.len() as u64,
         ties: outcome.ties,
         p_a_faster: outcome.wins.estimate,
-        p_a_faster_interval: [outcome.wins.interval.0, outcome.wins.interval.1],
-        interval_confidence: 1.0 - 2.0 * outcome.wins.config.interval_alpha(),
+        p_a_faster_interval: [outcome.wins.confidence.0, outcome.wins.confidence.1],
+        interval_level: 1.0 - outcome.wins.config.confidence_eps(),
+        p_a_faster_credible: [outcome.wins.credible.0, outcome.wins.credible.1],
         band: args.band,
         eps: args.eps,
         median_ratio_a_over_b: ratio.estimate,
@@ -208,9 +212,9 @@ fn check(cmd: &CommandLine, run: crate::exec::Run) -> CliResult<()> {
 fn print_report(r: &CompareReport) {
     println!("{}: {}.", capitalise(r.verdict), r.reason);
     println!(
-        "  P(A faster) ≈ {} ({} credible interval [{}, {}]) over {} pairs ({} ties)",
+        "  P(A faster) ≈ {} ({} confidence interval [{}, {}]) over {} pairs ({} ties)",
         format_percent(r.p_a_faster),
-        format_percent(r.interval_confidence),
+        format_percent(r.interval_level),
         format_percent(r.p_a_faster_interval[0]),
         format_percent(r.p_a_faster_interval[1]),
         r.pairs,

@@ -120,7 +120,7 @@ struct SloCli {
     /// Bound on the probability of a wrong verdict, in (0, 0.5).
     #[arg(long, default_value = "1e-6", value_parser = eps_parser)]
     eps: f64,
-    /// Never decide before this many runs.
+    /// Collect this many runs before testing (so that a slow start cannot decide on its own).
     #[arg(long, default_value_t = 1)]
     min_runs: u64,
     /// Give up (exit 2) after this many runs.
@@ -225,7 +225,7 @@ enum StatsCommand {
         /// Lines are numbers; a line succeeds when its number is below X.
         #[arg(long, value_name = "X")]
         under: Option<f64>,
-        /// Never decide before this many lines.
+        /// Read this many lines before testing.
         #[arg(long, default_value_t = 1)]
         min: u64,
         /// Give up (exit 2) after this many lines.
@@ -388,7 +388,24 @@ fn run(cli: Cli) -> CliResult<u8> {
     }
 }
 
+/// Die quietly, as Unix tools do, when the reader of our output goes away
+/// (`spindle lab --list | head -1`). Rust ignores SIGPIPE by default, which turns every later
+/// `println!` into a panic on EPIPE.
+fn restore_default_sigpipe() {
+    extern "C" {
+        fn signal(signum: i32, handler: usize) -> usize;
+    }
+    const SIGPIPE: i32 = 13;
+    const SIG_DFL: usize = 0;
+    // SAFETY: `signal` is the C library's; restoring the default disposition of SIGPIPE touches
+    // no Rust state, and it happens before any thread or child process exists.
+    unsafe {
+        signal(SIGPIPE, SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    restore_default_sigpipe();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -52,8 +52,11 @@ struct SloReport {
     runs: u64,
     successes: u64,
     estimate: f64,
+    /// Confidence interval of the success rate (confidence sequence: valid at the stopping time).
     interval: [f64; 2],
-    interval_confidence: f64,
+    interval_level: f64,
+    /// Bayesian credible interval (uniform prior) at the same nominal level.
+    credible_interval: [f64; 2],
     failures: FailureCounts,
     run_time: Option<RunTimes>,
     wall_s: f64,
@@ -110,7 +113,7 @@ pub fn run(args: SloArgs) -> CliResult<u8> {
         };
         let step = driver.observe(success);
         if driver.n() == 1 || interval_at.elapsed() > Duration::from_millis(250) {
-            interval = driver.interval();
+            interval = driver.confidence_interval();
             interval_at = Instant::now();
         }
         progress.set_message(format!(
@@ -171,8 +174,9 @@ pub fn run(args: SloArgs) -> CliResult<u8> {
         runs: outcome.n,
         successes: outcome.successes,
         estimate: outcome.estimate,
-        interval: [outcome.interval.0, outcome.interval.1],
-        interval_confidence: 1.0 - 2.0 * config.interval_alpha(),
+        interval: [outcome.confidence.0, outcome.confidence.1],
+        interval_level: 1.0 - config.confidence_eps(),
+        credible_interval: [outcome.credible.0, outcome.credible.1],
         failures,
         run_time,
         wall_s: started.elapsed().as_secs_f64(),
@@ -211,11 +215,11 @@ fn print_report(r: &SloReport) {
     };
     println!("{headline}: {}.", r.reason);
     println!(
-        "  {} runs, {} successes (estimate {}); {} credible interval [{}, {}]",
+        "  {} runs, {} successes (estimate {}); {} confidence interval [{}, {}]",
         r.runs,
         r.successes,
         format_percent(r.estimate),
-        format_percent(r.interval_confidence),
+        format_percent(r.interval_level),
         format_percent(r.interval[0]),
         format_percent(r.interval[1])
     );

@@ -51,11 +51,28 @@ pub fn csm_cmd(n: u64, alpha: f64, successes: u64, eps: f64, json: bool) -> CliR
             side: check.stop.then_some(side),
         });
     } else if check.stop {
-        println!("stop: the success rate is {side} {alpha} (estimate {estimate}, false-positive rate < {eps})");
-        println!("log level {} < ln(eps) = {log_eps}", check.log_level);
+        println!(
+            "stop: the success rate is {side} {} (estimate {}, false-positive rate < {})",
+            float(alpha),
+            float(estimate),
+            float(eps)
+        );
+        println!(
+            "log level {} < ln(eps) = {}",
+            float(check.log_level),
+            float(log_eps)
+        );
     } else {
-        println!("continue: {successes}/{n} cannot yet be told apart from {alpha} at eps = {eps}");
-        println!("log level {} >= ln(eps) = {log_eps}", check.log_level);
+        println!(
+            "continue: {successes}/{n} cannot yet be told apart from {} at eps = {}",
+            float(alpha),
+            float(eps)
+        );
+        println!(
+            "log level {} >= ln(eps) = {}",
+            float(check.log_level),
+            float(log_eps)
+        );
     }
     Ok(exit::HOLDS)
 }
@@ -94,7 +111,7 @@ pub fn beta_icdf_cmd(a: u64, b: u64, alpha: f64, upper: bool, json: bool) -> Cli
             slack: bound.slack,
         });
     } else {
-        println!("{}", bound.value);
+        println!("{}", float(bound.value));
     }
     Ok(exit::HOLDS)
 }
@@ -164,7 +181,12 @@ pub fn stream_cmd(args: StreamArgs) -> CliResult<u8> {
     let stdin = std::io::stdin();
     let mut decided = None;
     for (number, line) in stdin.lock().lines().enumerate() {
-        let line = line.map_err(|e| CliError::Execution(format!("reading stdin: {e}")))?;
+        let line = line.map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidData => {
+                usage(format!("line {}: not valid UTF-8 text", number + 1))
+            }
+            _ => CliError::Execution(format!("reading stdin: {e}")),
+        })?;
         let text = line.trim();
         if text.is_empty() || text.starts_with('#') {
             continue;
@@ -203,7 +225,7 @@ pub fn stream_cmd(args: StreamArgs) -> CliResult<u8> {
             n: outcome.n,
             successes: outcome.successes,
             estimate: outcome.estimate,
-            interval: [outcome.interval.0, outcome.interval.1],
+            interval: [outcome.confidence.0, outcome.confidence.1],
         });
     } else {
         let why = match decision {
@@ -222,8 +244,8 @@ pub fn stream_cmd(args: StreamArgs) -> CliResult<u8> {
             "{verdict}: {why} ({} of {} successes, interval [{}, {}])",
             outcome.successes,
             outcome.n,
-            format_percent(outcome.interval.0),
-            format_percent(outcome.interval.1)
+            format_percent(outcome.confidence.0),
+            format_percent(outcome.confidence.1)
         );
     }
     Ok(code)
@@ -264,6 +286,14 @@ pub struct PowerArgs {
 }
 
 pub fn power_cmd(args: PowerArgs) -> CliResult<u8> {
+    // Each simulation may run up to --max-runs observations, hundreds of times over.
+    const SIMULATION_LIMIT: u64 = 10_000_000;
+    if args.max_runs == 0 || args.max_runs > SIMULATION_LIMIT {
+        return Err(usage(format!(
+            "--max-runs must be between 1 and {SIMULATION_LIMIT} for a simulation (got {})",
+            args.max_runs
+        )));
+    }
     let inner = DriverConfig::band(args.alpha, args.alpha_hi.unwrap_or(args.alpha), args.eps)
         .max_count(args.max_runs);
     let options = PowerOptions {
@@ -303,7 +333,7 @@ pub fn power_cmd(args: PowerArgs) -> CliResult<u8> {
             target: args.target,
             simulations: outer.n,
             power_estimate: outer.estimate,
-            power_interval: [outer.interval.0, outer.interval.1],
+            power_interval: [outer.confidence.0, outer.confidence.1],
             max_runs_needed: report.max_inner_n,
         });
     } else {
@@ -313,8 +343,8 @@ pub fn power_cmd(args: PowerArgs) -> CliResult<u8> {
             args.max_runs,
             format_percent(outer.estimate),
             outer.n,
-            format_percent(outer.interval.0),
-            format_percent(outer.interval.1),
+            format_percent(outer.confidence.0),
+            format_percent(outer.confidence.1),
             format_percent(args.target)
         );
         println!("longest decided simulation: {} runs", report.max_inner_n);
@@ -324,6 +354,15 @@ pub fn power_cmd(args: PowerArgs) -> CliResult<u8> {
         Decision::Below => exit::VIOLATED,
         _ => exit::UNDECIDED,
     })
+}
+
+/// Shortest round-trip form, in scientific notation when plain decimals would be very long.
+fn float(x: f64) -> String {
+    if x != 0.0 && x.is_finite() && (x.abs() < 1e-5 || x.abs() >= 1e16) {
+        format!("{x:e}")
+    } else {
+        format!("{x}")
+    }
 }
 
 fn check_count(name: &str, n: u64) -> CliResult<()> {
@@ -346,5 +385,14 @@ mod tests {
         assert_eq!(parse_outcome("0.05", Some(0.05)), Ok(false));
         assert!(parse_outcome("fast", Some(0.05)).is_err());
         assert!(parse_outcome("NaN", Some(0.05)).is_err());
+    }
+
+    #[test]
+    fn floats_print_exactly_and_briefly() {
+        assert_eq!(float(0.9882119750976562), "0.9882119750976562");
+        assert_eq!(float(-17.238559826956475), "-17.238559826956475");
+        assert_eq!(float(1e-300), "1e-300");
+        assert_eq!(float(5.8e-11), "5.8e-11");
+        assert_eq!(float(0.0), "0");
     }
 }

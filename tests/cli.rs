@@ -1,5 +1,6 @@
 //! End-to-end tests of the `spindle` binary: verdicts, exit codes, error messages, JSON, and a
-//! smoke run of the lab. No test asserts a timing.
+//! smoke run of the lab. No test asserts a performance figure; the one comparison that depends
+//! on time uses a 50 ms difference that any working comparison tool must detect.
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
@@ -226,6 +227,36 @@ fn stats_stream_decides_as_soon_as_it_can() {
     let out = stream(&["--rate", "0.9"], "1\nmaybe\n");
     assert_eq!(code(&out), 3);
     assert!(stderr(&out).contains("line 2"), "{}", stderr(&out));
+}
+
+#[test]
+fn stats_stream_min_skips_a_bad_start() {
+    // Eight failures, then successes: with --min 1000 the start alone must not decide.
+    let input = format!("{}{}", "0\n".repeat(8), "1\n".repeat(5000));
+    let out = stream(&["--rate", "0.9", "--min", "1000", "--json"], &input);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    assert_eq!(json(&out)["n"], 1000);
+}
+
+#[test]
+fn a_closed_pipe_is_not_a_panic() {
+    // The reader goes away before spindle writes: spindle must end quietly (SIGPIPE), not with
+    // a Rust panic (exit 101).
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "{{ sleep 0.3; '{}' stats quantile 1000 0.5 0.001; }} | true",
+                env!("CARGO_BIN_EXE_spindle")
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("panicked"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]

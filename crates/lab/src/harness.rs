@@ -281,7 +281,7 @@ pub struct ClaimResult {
     pub trials: u64,
     /// Trials in which the relation held.
     pub successes: u64,
-    /// Credible interval of P(relation holds in a trial).
+    /// Confidence interval of P(relation holds in a trial), valid at the stopping time.
     pub success_interval: [f64; 2],
     pub band: [f64; 2],
     pub eps: f64,
@@ -482,7 +482,7 @@ fn judge(claim: &Claim, driver: &Driver, trials: &Trials, eps: f64, budget: Budg
         explanation,
         trials: out.n,
         successes: out.successes,
-        success_interval: [out.interval.0, out.interval.1],
+        success_interval: [out.confidence.0, out.confidence.1],
         band: [lo, hi],
         eps,
         ratio,

@@ -48,6 +48,9 @@ pub const MAX_BETA_PARAM: u64 = 1 << 44;
 
 /// Never search for more relative precision than this.
 const SEARCH_PRECISION: f64 = 1e-10;
+/// Keep halving towards 0 down to here, so that tiny quantiles (the failure rate after a
+/// million successes, say) come out as themselves rather than as 0.
+const SEARCH_FLOOR: f64 = f64::MIN_POSITIVE;
 /// Once the bracket is this tight (relative), a point where the series is slow ends the search.
 const SEARCH_GOAL: f64 = 1e-3;
 /// The series' iteration budget once the search is close to its goal.
@@ -119,7 +122,7 @@ fn incbeta_side(a: u64, b: u64, x: f64, threshold: f64, limit: Option<u64>) -> S
 fn quantile_bracket(a: u64, b: u64, alpha: f64) -> (f64, f64) {
     let mut lo = 0.0f64;
     let mut hi = a as f64 / (a + b) as f64;
-    while hi > lo + lo * SEARCH_PRECISION && hi > SEARCH_PRECISION {
+    while hi > lo + lo * SEARCH_PRECISION && hi > SEARCH_FLOOR {
         let x = 0.5 * (hi + lo);
         let close = hi < lo + lo * SEARCH_GOAL;
         let limit = if close { Some(GOAL_ITERATIONS) } else { None };
@@ -138,8 +141,9 @@ fn quantile_bracket(a: u64, b: u64, alpha: f64) -> (f64, f64) {
 pub struct BetaBound {
     /// The conservative bound.
     pub value: f64,
-    /// How far the exact quantile may lie beyond `value` on the inside of the interval (the
-    /// search bracket's width); a measure of tightness, not of safety.
+    /// The width of the final search bracket: a measure of how tight `value` is, not a bound on
+    /// the distance to the exact quantile (the bracket also closes on points where the series
+    /// could not decide).
     pub slack: f64,
 }
 
@@ -154,6 +158,10 @@ pub struct BetaBound {
 /// assert_eq!(spindle_stats::beta_icdf(3972, 28, 0.001, false), 0.9882119750976562);
 /// assert_eq!(spindle_stats::beta_icdf(3972, 28, 0.001, true), 0.9963832682169742);
 /// ```
+///
+/// Precision: ends are searched to about 1e-10 relative. An upper end close to 1 comes from
+/// `1 − (lower end of Beta(b, a))`, so it cannot resolve distances to 1 below about 1e-10: the
+/// upper end of a tiny rate is valid but may be loose at that scale.
 ///
 /// # Panics
 /// If `a` or `b` is 0 or above 2^44, or `alpha` is NaN.
@@ -229,6 +237,18 @@ mod tests {
         assert_eq!(beta_icdf(10000, 10, 0.0001, true), 0.999780366628727);
         assert_eq!(beta_icdf(100, 1000000, 1e-8, false), 5.361735618111455e-05);
         assert_eq!(beta_icdf(100, 1000000, 1e-8, true), 0.0001686476860127684);
+    }
+
+    /// One success in 2^44 trials: the rate's lower end is tiny but not zero. For Beta(1, b),
+    /// P(X < x) = 1 − (1 − x)^b, so the exact α-quantile is −expm1(ln(1 − α) / b) ≈ α / b.
+    #[test]
+    fn tiny_lower_quantiles_are_not_rounded_to_zero() {
+        let b = 1u64 << 44;
+        let alpha = 1e-6;
+        let lo = beta_icdf(1, b, alpha, false);
+        let exact = -((-alpha).ln_1p() / b as f64).exp_m1();
+        assert!(lo <= exact * (1.0 + 1e-9), "{lo} above {exact}");
+        assert!(lo > exact * 0.99, "{lo} much below {exact}");
     }
 
     /// Beta CDF for integer parameters, from the binomial identity

@@ -56,8 +56,8 @@ pub struct SignTest {
 pub struct SignOutcome {
     /// The verdict.
     pub winner: Winner,
-    /// The driver's view: `estimate` is the fraction of untied pairs that A won, `interval` its
-    /// credible interval, `n` the number of untied pairs.
+    /// The driver's view: `estimate` is the fraction of untied pairs that A won, `confidence` its
+    /// confidence interval, `n` the number of untied pairs.
     pub wins: Outcome,
     /// Pairs that were ties (not counted in `wins.n`).
     pub ties: u64,
@@ -173,7 +173,7 @@ pub struct ExactOutcome {
     /// `f(X, Y)` on the data as observed.
     pub observed: f64,
     /// The driver's view of the p-value `P(f(X*, Y*) >= observed)` under the null: `estimate`,
-    /// `interval`, and the number of resamples `n`.
+    /// `confidence` interval, and the number of resamples `n`.
     pub p_value: Outcome,
     /// `Some(true)`: the p-value is below the significance level (the difference is real);
     /// `Some(false)`: above it; `None`: undecided within the budget.
@@ -183,6 +183,12 @@ pub struct ExactOutcome {
 /// One-sided permutation test: how unlikely is `statistic(x, y) >= statistic(x0, y0)` if `x` and
 /// `y` came from the same distribution? For a two-sided test, return an absolute value from
 /// `statistic`.
+///
+/// `statistic` always sees each group sorted in ascending order (NaNs last). A two-sample
+/// statistic depends only on the two multisets, and sorting makes the same multiset give the
+/// bit-identical floating-point result whatever order the shuffle produced: otherwise a
+/// resample equal to the observed split could compare one ULP lower and not count as "at least
+/// as extreme", which would make the test anti-conservative.
 pub fn exact_test(
     x: &[f64],
     y: &[f64],
@@ -197,14 +203,23 @@ pub fn exact_test(
     let driver_config =
         DriverConfig::new(config.significance, config.eps).max_count(config.max_resamples);
     let mut driver = Driver::new(driver_config)?;
-    let observed = statistic(x, y);
+    let sorted = |v: &mut Vec<f64>| v.sort_by(|a, b| a.total_cmp(b));
+    let (mut xs, mut ys) = (x.to_vec(), y.to_vec());
+    sorted(&mut xs);
+    sorted(&mut ys);
+    let observed = statistic(&xs, &ys);
     let mut pool: Vec<f64> = x.iter().chain(y.iter()).copied().collect();
     let mut rng = SplitMix64::new(config.seed);
     loop {
         // A uniformly random split: shuffle the first |x| positions into a random subset.
         rng.partial_shuffle(&mut pool, x.len());
-        let (xs, ys) = pool.split_at(x.len());
-        if let Step::Done(_) = driver.observe(statistic(xs, ys) >= observed) {
+        xs.clear();
+        ys.clear();
+        xs.extend_from_slice(&pool[..x.len()]);
+        ys.extend_from_slice(&pool[x.len()..]);
+        sorted(&mut xs);
+        sorted(&mut ys);
+        if let Step::Done(_) = driver.observe(statistic(&xs, &ys) >= observed) {
             break;
         }
     }
@@ -308,9 +323,30 @@ mod tests {
         };
         let out = exact_test(&x, &shifted, diff, &cfg).unwrap();
         assert_eq!(out.significant, Some(true), "{out:?}");
-        assert!(out.p_value.interval.1 < 0.01);
+        assert!(out.p_value.confidence.1 < 0.01);
         let out = exact_test(&x, &same, |a, b| (mean(b) - mean(a)).abs(), &cfg).unwrap();
         assert_eq!(out.significant, Some(false), "{out:?}");
         assert!(exact_test(&[], &same, diff, &cfg).is_err());
+    }
+
+    /// Three distinct values against three zeros: the exact one-sided p-value of the observed
+    /// mean difference is 1/C(6,3) = 1/20 = 0.05 (only the observed split is as extreme). At a
+    /// significance level of 0.04 the test must not call it significant, whatever order the
+    /// shuffle leaves the values in (summing the same values in another order can round one ULP
+    /// lower).
+    #[test]
+    fn exact_test_counts_resamples_equal_to_the_observation() {
+        let x = [0.7, 0.4, 0.1];
+        let y = [0.0, 0.0, 0.0];
+        let diff = |a: &[f64], b: &[f64]| mean(a) - mean(b);
+        let cfg = ExactConfig {
+            significance: 0.04,
+            eps: 1e-3,
+            max_resamples: 200_000,
+            seed: 3,
+        };
+        let out = exact_test(&x, &y, diff, &cfg).unwrap();
+        assert_ne!(out.significant, Some(true), "{out:?}");
+        assert!((out.p_value.estimate - 0.05).abs() < 0.01, "{out:?}");
     }
 }

@@ -135,6 +135,68 @@ pub fn csm(n: u64, alpha: f64, successes: u64, log_eps: f64) -> CsmCheck {
     }
 }
 
+/// Robbins' confidence sequence for the success rate: the rates that the CSM does *not* reject
+/// after `successes` out of `n`, at false-positive rate `exp(log_eps)`.
+///
+/// Because the CSM rejects the true rate at *any* `n` with probability at most ε, these
+/// intervals cover the true rate at every `n` simultaneously with probability at least 1 − ε: they
+/// stay valid at a data-dependent stopping time, unlike a fixed-n confidence interval or a
+/// Bayesian credible interval. They are wider than either, the price of that guarantee.
+///
+/// The log likelihood `s ln p + (n − s) ln(1 − p)` is concave in `p` with its maximum at `s/n`, so
+/// the rejected rates form two tails and each end is a bisection. Each end returned is a rate
+/// that the (conservatively rounded) test rejects, so every rate beyond it is rejected by the
+/// exact criterion too: the interval can only be too wide, never too narrow.
+///
+/// # Panics
+/// If `successes > n`, `n >= 2^49` or `log_eps > 0`.
+pub fn confidence_sequence(n: u64, successes: u64, log_eps: f64) -> (f64, f64) {
+    assert!(
+        successes <= n,
+        "confidence_sequence: {successes} successes exceed {n} trials"
+    );
+    assert!(
+        log_eps <= 0.0,
+        "confidence_sequence: log_eps = {log_eps} must be <= 0"
+    );
+    if n == 0 {
+        return (0.0, 1.0);
+    }
+    let estimate = successes as f64 / n as f64;
+    let rejects = |p: f64| csm(n, p, successes, log_eps).stop;
+    // Bisection between a rejected rate and an accepted one; returns the rejected end.
+    let search = |mut rejected: f64, mut accepted: f64| {
+        for _ in 0..200 {
+            let mid = 0.5 * (rejected + accepted);
+            if mid <= 0.0 || mid >= 1.0 || mid == rejected || mid == accepted {
+                break;
+            }
+            if (accepted - rejected).abs() <= 1e-12 * accepted.abs().max(rejected.abs()) {
+                break;
+            }
+            if rejects(mid) {
+                rejected = mid;
+            } else {
+                accepted = mid;
+            }
+        }
+        rejected
+    };
+    // At the estimate the likelihood is at its maximum, which is at least 1/(n+1) of the total:
+    // the level is >= 0 >= ln ε, so the estimate itself is never rejected.
+    let lower = if successes == 0 {
+        0.0
+    } else {
+        search(0.0, estimate)
+    };
+    let upper = if successes == n {
+        1.0
+    } else {
+        search(1.0, estimate)
+    };
+    (lower, upper)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,5 +372,42 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The confidence sequence never excludes a rate that the CSM accepts, always contains the
+    /// estimate, and covers the truth in simulation at least as often as promised.
+    #[test]
+    fn confidence_sequence_is_the_set_of_accepted_rates() {
+        let log_eps = 1e-3f64.ln();
+        for &(n, s) in &[
+            (10u64, 0u64),
+            (10, 10),
+            (100, 37),
+            (4000, 3972),
+            (1, 1),
+            (1000, 999),
+        ] {
+            let (lo, hi) = confidence_sequence(n, s, log_eps);
+            let p = s as f64 / n as f64;
+            assert!(lo <= p && p <= hi, "{s}/{n}: [{lo}, {hi}]");
+            if lo > 0.0 {
+                assert!(
+                    csm(n, lo, s, log_eps).stop,
+                    "the lower end is a rejected rate"
+                );
+            }
+            if hi < 1.0 {
+                assert!(
+                    csm(n, hi, s, log_eps).stop,
+                    "the upper end is a rejected rate"
+                );
+            }
+            // Just inside the ends, rates are accepted (the interval is not needlessly wide).
+            let inside_lo = lo + (p - lo) * 1e-6;
+            if lo > 0.0 && inside_lo > 0.0 {
+                assert!(!csm(n, inside_lo + (p - lo) * 1e-3, s, log_eps).stop);
+            }
+        }
+        assert_eq!(confidence_sequence(0, 0, -1.0), (0.0, 1.0));
     }
 }

@@ -14,20 +14,32 @@
 //! | p > α_lo        | p < α_hi        | [`Decision::Within`] (only with a band) |
 //!
 //! With one threshold only `Above` and `Below` exist, and a rate very close to α can keep the
-//! driver busy for a long time. A band guarantees a decision eventually for every rate: inside
-//! the band both tests reject and the driver reports `Within`. Partial knowledge (say "p > α_lo"
-//! but nothing yet about α_hi) is not a decision: the driver keeps sampling, and at its
-//! `max_count` reports [`Decision::Undecided`] with the partial sides in [`Outcome`].
+//! driver busy for a long time. A band guarantees a decision eventually for every rate strictly
+//! inside or outside it: inside, both tests reject and the driver reports `Within`. (A rate
+//! exactly on a threshold is never distinguished from it.) Partial knowledge (say "p > α_lo" but
+//! nothing yet about α_hi) is not a decision: the driver keeps sampling, and at its `max_count`
+//! reports [`Decision::Undecided`] with the partial sides in [`Outcome`].
+//!
+//! `min_count` observations are collected before any test looks at the data, so a slow start
+//! (cold caches, a first run that pays for page faults) cannot fix a side on its own. Robbins'
+//! bound holds for every `n`, so starting later keeps the guarantee.
 //!
 //! # Error budget
 //!
-//! The caller's ε is split with Bonferroni's inequality across everything the driver asserts:
-//! one threshold: ε/2 for the test, ε/4 for each end of the credible interval; two thresholds:
-//! ε/3 for each test and ε/6 for each interval end. So the probability that *any* statement in
-//! an [`Outcome`] is wrong is at most ε, however many observations it took.
+//! The caller's ε is split with Bonferroni's inequality between the tests and the confidence
+//! interval: one threshold, ε/2 each; two thresholds, ε/3 each. The confidence interval is
+//! Robbins' confidence sequence ([`crate::csm::confidence_sequence`]), valid at any stopping time.
+//! So the probability that the decision or the confidence interval is wrong is at most ε, however
+//! the number of observations was chosen.
+//!
+//! [`Outcome::credible`] is the seed's Bayesian summary: the equal-tailed interval of the
+//! posterior Beta(s + 1, n − s + 1) under a uniform prior, cutting half the interval's share from
+//! each end. It is narrower, it says where the rate probably is *given the data*, and it is not
+//! part of the frequentist guarantee: at a data-dependent stopping time its coverage can fall
+//! short of its nominal level.
 
 use crate::beta::{rate_interval, MAX_BETA_PARAM};
-use crate::csm::csm;
+use crate::csm::{confidence_sequence, csm};
 use crate::round::{ln_down, next_down};
 use crate::StatsError;
 
@@ -137,11 +149,11 @@ impl DriverConfig {
                 self.alpha_lo, self.alpha_hi
             )));
         }
-        if !(self.eps > 0.0 && self.eps < 1.0) {
+        if !(self.eps >= 1e-300 && self.eps < 1.0) {
             return Err(StatsError::OutOfRange {
                 name: "eps",
                 value: self.eps,
-                range: "(0, 1)",
+                range: "[1e-300, 1)",
             });
         }
         if self.max_count == 0 || self.max_count > MAX_OBSERVATIONS {
@@ -164,6 +176,11 @@ impl DriverConfig {
         let parts = if self.has_band() { 3.0 } else { 2.0 };
         // Rounded down: a smaller ε is always safe.
         next_down(self.eps / parts).max(0.0)
+    }
+
+    /// False-positive rate of the confidence interval (the same share as each test).
+    pub fn confidence_eps(&self) -> f64 {
+        self.test_eps()
     }
 
     /// Probability cut from each end of the credible interval.
@@ -192,9 +209,12 @@ pub struct Outcome {
     pub successes: u64,
     /// `successes / n` (0 when `n == 0`).
     pub estimate: f64,
-    /// Credible interval for the rate; each end misses with probability at most
-    /// [`DriverConfig::interval_alpha`].
-    pub interval: (f64, f64),
+    /// Confidence interval for the rate (Robbins' confidence sequence): it excludes the true rate
+    /// with probability at most [`DriverConfig::confidence_eps`], at any stopping time.
+    pub confidence: (f64, f64),
+    /// Bayesian credible interval (uniform prior), [`DriverConfig::interval_alpha`] of posterior
+    /// probability cut from each end; a summary, not part of the ε guarantee.
+    pub credible: (f64, f64),
     /// What the test against `alpha_lo` concluded.
     pub lower_side: Side,
     /// What the test against `alpha_hi` concluded (the same test as `lower_side` when there is
@@ -252,6 +272,9 @@ impl Driver {
         }
         self.n += 1;
         self.successes += success as u64;
+        if self.n < self.config.min_count {
+            return Step::Continue;
+        }
         let estimate = self.estimate();
         let side_of = |alpha: f64| {
             if estimate > alpha {
@@ -343,19 +366,31 @@ impl Driver {
         }
     }
 
-    /// The credible interval for the success rate (a few bisections: not free, not slow).
-    pub fn interval(&self) -> (f64, f64) {
+    /// The confidence interval (confidence sequence) for the success rate: a few dozen CSM
+    /// evaluations.
+    pub fn confidence_interval(&self) -> (f64, f64) {
+        confidence_sequence(
+            self.n,
+            self.successes,
+            ln_down(self.config.confidence_eps()),
+        )
+    }
+
+    /// The Bayesian credible interval for the success rate (a few bisections of the incomplete
+    /// Beta function: not free, not slow).
+    pub fn credible_interval(&self) -> (f64, f64) {
         rate_interval(self.n, self.successes, self.config.interval_alpha())
     }
 
-    /// Everything the driver knows, including the credible interval.
+    /// Everything the driver knows, including both intervals.
     pub fn outcome(&self) -> Outcome {
         Outcome {
             decision: self.finished.unwrap_or(Decision::Undecided),
             n: self.n,
             successes: self.successes,
             estimate: self.estimate(),
-            interval: self.interval(),
+            confidence: self.confidence_interval(),
+            credible: self.credible_interval(),
             lower_side: self.lower_side,
             upper_side: self.upper_side,
             config: self.config,
@@ -385,8 +420,8 @@ mod tests {
         let down = drive(DriverConfig::new(0.99, 1e-6), || false).unwrap();
         assert_eq!(down.decision, Decision::Below);
         assert!(down.n <= 5, "{}", down.n);
-        assert!(down.interval.1 < 0.99);
-        assert!(up.interval.0 > 0.99 - 0.01);
+        assert!(down.confidence.1 < 0.99 && down.credible.1 < 0.99);
+        assert!(up.confidence.0 > 0.98 && up.credible.0 > 0.98);
     }
 
     #[test]
@@ -399,7 +434,9 @@ mod tests {
         .unwrap();
         assert_eq!(out.decision, Decision::Within);
         assert_eq!((out.lower_side, out.upper_side), (Side::Above, Side::Below));
-        assert!(out.interval.0 < 0.5 && 0.5 < out.interval.1);
+        assert!(out.confidence.0 < 0.5 && 0.5 < out.confidence.1);
+        // The credible interval is the narrower of the two.
+        assert!(out.confidence.0 <= out.credible.0 && out.credible.1 <= out.confidence.1);
     }
 
     #[test]
@@ -421,6 +458,41 @@ mod tests {
         let out = drive(DriverConfig::new(0.5, 1e-3).min_count(500), || false).unwrap();
         assert_eq!(out.decision, Decision::Below);
         assert_eq!(out.n, 500);
+    }
+
+    /// Eight failures and then only successes: with `min_count` 1000 the early failures must not
+    /// fix the verdict on their own.
+    #[test]
+    fn early_observations_cannot_fix_a_side_before_min_count() {
+        let mut i = 0;
+        let out = drive(DriverConfig::new(0.9, 1e-6).min_count(1000), || {
+            i += 1;
+            i > 8
+        })
+        .unwrap();
+        assert_eq!(out.decision, Decision::Above, "{out:?}");
+        assert_eq!(out.n, 1000);
+    }
+
+    /// The confidence interval must cover the true rate at the driver's stopping time at least as
+    /// often as promised (ε/2 of misses at most), including where a Bayesian interval does not.
+    #[test]
+    fn confidence_interval_covers_the_truth_at_the_stopping_time() {
+        let (p, alpha, eps) = (0.999, 0.99, 0.01);
+        let mut rng = SplitMix64::new(77);
+        let runs = 4000u64;
+        let mut misses = 0u64;
+        for _ in 0..runs {
+            let out = drive(DriverConfig::new(alpha, eps).max_count(3000), || {
+                rng.bernoulli(p)
+            })
+            .unwrap();
+            if !(out.confidence.0 <= p && p <= out.confidence.1) {
+                misses += 1;
+            }
+        }
+        let (lo, _) = confidence_sequence(runs, misses, 1e-6f64.ln());
+        assert!(lo < eps / 2.0, "{misses} misses in {runs} runs");
     }
 
     #[test]
@@ -455,7 +527,7 @@ mod tests {
     /// rejects (falsely) at most ε of the time over an infinite horizon; over a finite one it
     /// must be rarer still. The driver gives the test ε/2 of its budget (the interval gets the
     /// rest). We run 3000 drivers at ε = 0.05 for 2000 observations each, then ask the CSM's own
-    /// credible interval whether the false-stop rate could be at most ε/2: its lower end (at a
+    /// confidence sequence whether the false-stop rate could be at most ε/2: its lower end (at a
     /// 1e-6 miss rate) must be below ε/2. An anti-conservative implementation (one that stopped,
     /// say, 5% of the time) fails this.
     #[test]
@@ -474,7 +546,8 @@ mod tests {
                     false_stops += 1;
                 }
             }
-            let (lo, _) = rate_interval(runs, false_stops, 1e-6);
+            // A frequentist question, so a frequentist interval: the confidence sequence.
+            let (lo, _) = confidence_sequence(runs, false_stops, 1e-6f64.ln());
             assert!(
                 lo < eps / 2.0,
                 "alpha {alpha}: {false_stops} false stops in {runs} runs; rate surely above eps"

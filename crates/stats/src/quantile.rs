@@ -51,8 +51,10 @@ pub fn quantile_bounds(n: u64, q: f64, log_eps: f64) -> QuantileRanks {
     );
     let estimate = ((q * n as f64).ceil() as u64).clamp(1, n);
     let log_eps = log_eps + MINUS_LN_2_DOWN;
+    // The 0-quantile (the bottom of the support) is certainly at most the smallest sample, but no
+    // sample bounds it from below; symmetrically for the 1-quantile.
     let lower = if q == 0.0 {
-        Some(1)
+        None
     } else if q == 1.0 {
         Some(n)
     } else {
@@ -61,7 +63,7 @@ pub fn quantile_bounds(n: u64, q: f64, log_eps: f64) -> QuantileRanks {
     let upper = if q == 0.0 {
         Some(1)
     } else if q == 1.0 {
-        Some(n)
+        None
     } else {
         upper_rank(n, q, log_eps)
     };
@@ -117,7 +119,8 @@ pub struct QuantileInterval {
     pub upper: Option<f64>,
 }
 
-/// The `q`-quantile of `samples` (sorted here; NaNs sort last) with its interval.
+/// The `q`-quantile of `samples` (sorted here by IEEE total order, so NaNs land at the ends)
+/// with its interval.
 /// Returns None for an empty slice.
 pub fn quantile_interval(samples: &[f64], q: f64, log_eps: f64) -> Option<QuantileInterval> {
     if samples.is_empty() {
@@ -208,11 +211,13 @@ mod tests {
     }
 
     #[test]
-    fn extreme_quantiles_are_the_extreme_samples() {
+    fn extreme_quantiles_are_bounded_on_one_side_only() {
+        // The minimum of the distribution is at most the smallest sample, and nothing in the
+        // sample bounds it from below (for a continuous distribution it is below x_(1) surely).
         let r = quantile_bounds(7, 0.0, -3.0);
-        assert_eq!((r.estimate, r.lower, r.upper), (1, Some(1), Some(1)));
+        assert_eq!((r.estimate, r.lower, r.upper), (1, None, Some(1)));
         let r = quantile_bounds(7, 1.0, -3.0);
-        assert_eq!((r.estimate, r.lower, r.upper), (7, Some(7), Some(7)));
+        assert_eq!((r.estimate, r.lower, r.upper), (7, Some(7), None));
     }
 
     #[test]
