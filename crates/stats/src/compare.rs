@@ -275,7 +275,7 @@ mod tests {
     }
 
     /// A/A: both sides from one distribution. The sign test must name a winner at most ε of the
-    /// time; with 2000 repetitions at ε = 0.05 we check that the credible interval of the
+    /// time; with 2000 repetitions at ε = 0.05 we check that the confidence sequence of the
     /// winner-naming rate (at 1e-6) reaches below 2ε/3, the two tests' share of the budget.
     #[test]
     fn same_distribution_never_names_a_winner_beyond_eps() {
@@ -292,7 +292,7 @@ mod tests {
                 Winner::Undecided => {}
             }
         }
-        let (lo, _) = crate::beta::rate_interval(reps, winners, 1e-6);
+        let (lo, _) = crate::csm::confidence_sequence(reps, winners, 1e-6f64.ln());
         assert!(
             lo < 0.05 / 3.0 * 2.0,
             "{winners} winners named in {reps} A/A runs"

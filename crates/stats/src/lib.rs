@@ -22,8 +22,9 @@
 //! | [`round`] | directed rounding by ULP stepping; `ln`/`ln_1p` bounds; a Kahan sum that never rounds below the exact sum |
 //! | [`log_choose_upper`] | an upper bound on ln C(n, k) from Robbins' factorial bounds |
 //! | [`csm()`] | Robbins' stopping test for one threshold |
-//! | [`beta_icdf`] | conservative ends of Beta credible intervals |
-//! | [`Driver`] | the sequential test of a stream against a threshold or a band, with ε split across everything it reports |
+//! | [`confidence_sequence`] | the rates the CSM does not reject: a confidence interval valid at any stopping time |
+//! | [`beta_icdf`] | conservative ends of Beta (Bayesian) credible intervals |
+//! | [`Driver`] | the sequential test of a stream against a threshold or a band, with ε split between its decision and its confidence interval |
 //! | [`power()`] | probability that a driver decides within a budget (simulation, itself decided by CSM) |
 //! | [`quantile_bounds`] | order-statistic ranks bounding a quantile, valid under peeking |
 //! | [`SignTest`], [`sign_test`] | paired A-vs-B comparison |
@@ -67,7 +68,7 @@ pub use beta::{beta_bound, beta_icdf, rate_interval, BetaBound};
 pub use compare::{
     exact_test, sign_test, ExactConfig, ExactOutcome, SignOutcome, SignTest, Winner,
 };
-pub use csm::{csm, log_choose_upper, CsmCheck};
+pub use csm::{confidence_sequence, csm, log_choose_upper, CsmCheck};
 pub use driver::{drive, Decision, Driver, DriverConfig, Outcome, Side, Step};
 pub use power::{power, PowerOptions, PowerReport};
 pub use quantile::{quantile_bounds, quantile_interval, QuantileInterval, QuantileRanks};
