@@ -109,6 +109,20 @@ struct LabArgs {
     smoke: bool,
 }
 
+/// Output flags shared by the subcommands that run other programs.
+#[derive(Args)]
+struct RunOutput {
+    /// Let the command(s) print to the terminal (default: their output is discarded).
+    #[arg(long)]
+    show_output: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+    /// No progress line.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
 #[derive(Args)]
 struct SloCli {
     /// Objective: the fraction of runs that must succeed, in (0, 1).
@@ -132,15 +146,8 @@ struct SloCli {
     /// Give up (exit 2) after this much wall-clock time.
     #[arg(long, value_name = "DURATION", value_parser = units::parse_duration)]
     max_time: Option<Duration>,
-    /// Let the command print to the terminal (default: its output is discarded).
-    #[arg(long)]
-    show_output: bool,
-    /// Print the result as JSON.
-    #[arg(long)]
-    json: bool,
-    /// No progress line.
-    #[arg(long, short)]
-    quiet: bool,
+    #[command(flatten)]
+    output: RunOutput,
     /// The command and its arguments (run directly, no shell).
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -164,15 +171,8 @@ struct CompareCli {
     /// Seed for the order of runs within each pair (default: from the clock).
     #[arg(long)]
     seed: Option<u64>,
-    /// Let the commands print to the terminal.
-    #[arg(long)]
-    show_output: bool,
-    /// Print the result as JSON.
-    #[arg(long)]
-    json: bool,
-    /// No progress line.
-    #[arg(long, short)]
-    quiet: bool,
+    #[command(flatten)]
+    output: RunOutput,
     /// CMD_A [ARGS…] ::: CMD_B [ARGS…]
     #[arg(last = true, required = true, value_name = "CMD_A ::: CMD_B")]
     commands: Vec<String>,
@@ -312,9 +312,9 @@ fn run(cli: Cli) -> CliResult<u8> {
                 max_runs: a.max_runs,
                 timeout: a.timeout,
                 max_time: a.max_time,
-                json: a.json,
-                quiet: a.quiet,
-                command: CommandLine::new(&a.command, a.show_output)?,
+                json: a.output.json,
+                quiet: a.output.quiet,
+                command: CommandLine::new(&a.command, a.output.show_output)?,
             })
         }
         Command::Compare(a) => {
@@ -328,10 +328,10 @@ fn run(cli: Cli) -> CliResult<u8> {
                 max_runs: a.max_runs,
                 warmup: a.warmup,
                 seed: a.seed,
-                json: a.json,
-                quiet: a.quiet,
-                a: CommandLine::new(&cmd_a, a.show_output)?,
-                b: CommandLine::new(&cmd_b, a.show_output)?,
+                json: a.output.json,
+                quiet: a.output.quiet,
+                a: CommandLine::new(&cmd_a, a.output.show_output)?,
+                b: CommandLine::new(&cmd_b, a.output.show_output)?,
             })
         }
         Command::Stats(s) => match s {
