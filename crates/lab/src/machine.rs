@@ -21,6 +21,11 @@ pub struct Machine {
     pub cpus_allowed: Vec<usize>,
     /// Hardware threads per core as the kernel sees them (1: no SMT siblings visible).
     pub threads_per_core: usize,
+    /// Median round trip of a cache line between the first two allowed CPUs, ns: how far apart
+    /// the CPUs that two-thread experiments use are (on a VM this can change from run to run).
+    pub cache_line_round_trip_ns: Option<f64>,
+    /// The two CPUs of that measurement.
+    pub round_trip_cpus: Option<[usize; 2]>,
     /// Running under a hypervisor (the `hypervisor` CPU flag).
     pub virtualised: bool,
     /// The hypervisor's CPUID signature ("KVMKVMKVM", "Microsoft Hv", …), when virtualised.
@@ -96,6 +101,8 @@ impl Machine {
         let query = rustix::thread::membarrier_query();
         let membarrier_commands = membarrier_names(query.bits());
         let perf = sys::perf_counters();
+        let allowed = sys::allowed_cpus();
+        let pair = (allowed.len() >= 2).then(|| [allowed[0], allowed[1]]);
         Machine {
             cpu_model: field("model name").unwrap_or_else(|| "unknown".into()),
             cpu_family_model: format!(
@@ -105,8 +112,10 @@ impl Machine {
                 field("stepping").unwrap_or_else(|| "?".into())
             ),
             cpus_online: online_cpus(),
-            cpus_allowed: sys::allowed_cpus(),
+            cpus_allowed: allowed.clone(),
             threads_per_core: threads_per_core(),
+            cache_line_round_trip_ns: pair.and_then(|[a, b]| sys::cache_line_round_trip_ns(a, b)),
+            round_trip_cpus: pair,
             virtualised: has_flag("hypervisor"),
             hypervisor: if has_flag("hypervisor") {
                 sys::hypervisor_signature()
@@ -140,8 +149,12 @@ impl Machine {
 
     /// One line for terminal headers.
     pub fn one_line(&self) -> String {
+        let round_trip = match self.cache_line_round_trip_ns {
+            Some(ns) => format!(" · cache-line round trip {ns:.0} ns"),
+            None => String::new(),
+        };
         format!(
-            "{} · {} CPUs{} · Linux {} · HZ {} · {} clocksource · TSC {:.3} GHz",
+            "{} · {} CPUs{} · Linux {} · HZ {} · {} clocksource · TSC {:.3} GHz{round_trip}",
             self.cpu_model,
             self.cpus_online,
             if self.virtualised { " (VM)" } else { "" },

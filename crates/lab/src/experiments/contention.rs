@@ -447,7 +447,12 @@ impl Experiment for Contention {
             );
         }
         if ctx.machine.virtualised {
-            notes.push("This machine is virtualised: vCPUs may share physical cores, which makes cache-line transfers cheaper than across sockets.".into());
+            notes.push(
+                "This machine is virtualised: where the hypervisor runs the two vCPUs can change from run to run, \
+                 and with it every two-thread figure. The fingerprint's cache-line round trip says how far apart \
+                 the CPUs were when this run started."
+                    .into(),
+            );
         }
 
         Ok(ExperimentResult {

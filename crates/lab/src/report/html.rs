@@ -135,6 +135,15 @@ pub fn render_html(report: &LabReport) -> String {
                 format!("no ({})", m.perf_counters_error.clone().unwrap_or_default())
             },
         ),
+        (
+            "cache-line round trip",
+            match (m.cache_line_round_trip_ns, m.round_trip_cpus) {
+                (Some(ns), Some([a, b])) => {
+                    format!("{ns:.0} ns between CPUs {a} and {b} (median of 5 × 20 000 ping-pongs)")
+                }
+                _ => "not measured (fewer than two CPUs, or pinning refused)".into(),
+            },
+        ),
         ("root", m.root.to_string()),
         ("memory", format!("{:.1} GiB", m.memory_gib)),
     ];
