@@ -217,56 +217,20 @@ enum StatsCommand {
     #[command(
         after_help = "Example: ./latencies.sh | spindle stats stream --rate 0.99 --under 0.05\nExit codes: 0 holds, 1 violated, 2 undecided at end of input, 3 bad input."
     )]
-    Stream {
-        #[arg(long, value_parser = rate_parser)]
-        rate: f64,
-        #[arg(long, default_value = "1e-6", value_parser = eps_parser)]
-        eps: f64,
-        /// Lines are numbers; a line succeeds when its number is below X.
-        #[arg(long, value_name = "X")]
-        under: Option<f64>,
-        /// Read this many lines before testing.
-        #[arg(long, default_value_t = 1)]
-        min: u64,
-        /// Give up (exit 2) after this many lines.
-        #[arg(long)]
-        max: Option<u64>,
-        #[arg(long)]
-        json: bool,
-    },
+    Stream(stats_cmd::StreamArgs),
     /// Will a test with these thresholds decide within --max-runs, if the true rate is RATE?
-    Power {
-        #[arg(value_parser = unit_parser)]
-        rate: f64,
-        /// The threshold (the lower one with --alpha-hi).
-        #[arg(long, value_parser = rate_parser)]
-        alpha: f64,
-        /// Upper threshold of an indifference band.
-        #[arg(long, value_parser = rate_parser)]
-        alpha_hi: Option<f64>,
-        #[arg(long, default_value = "1e-6", value_parser = eps_parser)]
-        eps: f64,
-        #[arg(long, default_value_t = 10_000)]
-        max_runs: u64,
-        /// The probability of deciding correctly that counts as enough.
-        #[arg(long, default_value = "0.99", value_parser = rate_parser)]
-        target: f64,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        #[arg(long)]
-        json: bool,
-    },
+    Power(stats_cmd::PowerArgs),
 }
 
-fn rate_parser(s: &str) -> Result<f64, String> {
+pub(crate) fn rate_parser(s: &str) -> Result<f64, String> {
     units::parse_open_unit("rate", s, 0.0, 1.0)
 }
 
-fn eps_parser(s: &str) -> Result<f64, String> {
+pub(crate) fn eps_parser(s: &str) -> Result<f64, String> {
     units::parse_open_unit("eps", s, 0.0, 0.5)
 }
 
-fn unit_parser(s: &str) -> Result<f64, String> {
+pub(crate) fn unit_parser(s: &str) -> Result<f64, String> {
     units::parse_open_unit("value", s, 0.0, 1.0)
 }
 
@@ -350,40 +314,8 @@ fn run(cli: Cli) -> CliResult<u8> {
                 json,
             } => stats_cmd::beta_icdf_cmd(a, b, alpha, upper, json),
             StatsCommand::Quantile { n, q, eps, json } => stats_cmd::quantile_cmd(n, q, eps, json),
-            StatsCommand::Stream {
-                rate,
-                eps,
-                under,
-                min,
-                max,
-                json,
-            } => stats_cmd::stream_cmd(stats_cmd::StreamArgs {
-                rate,
-                eps,
-                under,
-                min,
-                max,
-                json,
-            }),
-            StatsCommand::Power {
-                rate,
-                alpha,
-                alpha_hi,
-                eps,
-                max_runs,
-                target,
-                seed,
-                json,
-            } => stats_cmd::power_cmd(stats_cmd::PowerArgs {
-                true_rate: rate,
-                alpha,
-                alpha_hi,
-                eps,
-                max_runs,
-                target,
-                seed,
-                json,
-            }),
+            StatsCommand::Stream(args) => stats_cmd::stream_cmd(args),
+            StatsCommand::Power(args) => stats_cmd::power_cmd(args),
         },
     }
 }

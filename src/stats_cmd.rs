@@ -156,12 +156,25 @@ pub fn quantile_cmd(n: u64, q: f64, eps: f64, json: bool) -> CliResult<u8> {
     Ok(exit::HOLDS)
 }
 
+#[derive(clap::Args)]
 pub struct StreamArgs {
+    /// Objective: the fraction of lines that must succeed, in (0, 1).
+    #[arg(long, value_parser = crate::rate_parser)]
     pub rate: f64,
+    /// Bound on the probability of a wrong verdict, in (0, 0.5).
+    #[arg(long, default_value = "1e-6", value_parser = crate::eps_parser)]
     pub eps: f64,
+    /// Lines are numbers; a line succeeds when its number is below X.
+    #[arg(long, value_name = "X")]
     pub under: Option<f64>,
+    /// Read this many lines before testing.
+    #[arg(long, default_value_t = 1)]
     pub min: u64,
+    /// Give up (exit 2) after this many lines.
+    #[arg(long)]
     pub max: Option<u64>,
+    /// Print the result as JSON.
+    #[arg(long)]
     pub json: bool,
 }
 
@@ -274,14 +287,31 @@ fn parse_outcome(text: &str, under: Option<f64>) -> Result<bool, String> {
     }
 }
 
+#[derive(clap::Args)]
 pub struct PowerArgs {
+    /// The true success rate to simulate.
+    #[arg(value_name = "RATE", value_parser = crate::unit_parser)]
     pub true_rate: f64,
+    /// The threshold (the lower one with --alpha-hi).
+    #[arg(long, value_parser = crate::rate_parser)]
     pub alpha: f64,
+    /// Upper threshold of an indifference band.
+    #[arg(long, value_parser = crate::rate_parser)]
     pub alpha_hi: Option<f64>,
+    /// Bound on the probability of a wrong verdict of the simulated test.
+    #[arg(long, default_value = "1e-6", value_parser = crate::eps_parser)]
     pub eps: f64,
+    /// The simulated test's budget of observations.
+    #[arg(long, default_value_t = 10_000)]
     pub max_runs: u64,
+    /// The probability of deciding correctly that counts as enough.
+    #[arg(long, default_value = "0.99", value_parser = crate::rate_parser)]
     pub target: f64,
+    /// Seed of the simulated data.
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Print the result as JSON.
+    #[arg(long)]
     pub json: bool,
 }
 
