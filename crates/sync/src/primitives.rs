@@ -1,0 +1,29 @@
+//! The atomics and hints every protocol in this crate is written against.
+//!
+//! In a normal build these are `core`'s atomics, `core::hint::spin_loop` (x86 `pause`) and
+//! `sched_yield`. Under `--cfg loom` they are loom's, so the same protocol code runs inside loom's
+//! model checker; spinning and yielding become `loom::thread::yield_now`, which tells loom the
+//! thread cannot make progress until another one runs.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+/// One iteration of a spin-wait loop: `pause` on x86.
+#[inline(always)]
+pub(crate) fn spin_loop() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    core::hint::spin_loop();
+}
+
+/// Give the CPU to another runnable thread (`sched_yield`).
+#[inline]
+pub(crate) fn yield_now() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    rustix::thread::sched_yield();
+}

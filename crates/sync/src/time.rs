@@ -1,0 +1,88 @@
+//! Absolute deadlines on `CLOCK_MONOTONIC`, the clock the futex layer waits against.
+//!
+//! `std::time::Instant` is `CLOCK_MONOTONIC` on Linux too, but it does not expose its
+//! `timespec`, and a futex wait needs one. A [`Deadline`] is a point on that clock in
+//! nanoseconds; it is `Copy`, totally ordered, and saturates instead of overflowing, so
+//! `Deadline::after(Duration::MAX)` is simply "never" in practice (about 584 years).
+
+use std::time::Duration;
+
+use rustix::time::{clock_gettime, ClockId, Timespec};
+
+/// A point in time on `CLOCK_MONOTONIC`, in nanoseconds since the clock's origin (boot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Deadline {
+    ns: u64,
+}
+
+impl Deadline {
+    /// The current time.
+    pub fn now() -> Deadline {
+        let t = clock_gettime(ClockId::Monotonic);
+        Deadline {
+            ns: (t.tv_sec as u64)
+                .saturating_mul(1_000_000_000)
+                .saturating_add(t.tv_nsec as u64),
+        }
+    }
+
+    /// `d` from now.
+    pub fn after(d: Duration) -> Deadline {
+        Deadline::now().saturating_add(d)
+    }
+
+    /// This deadline moved later by `d` (saturating).
+    pub fn saturating_add(self, d: Duration) -> Deadline {
+        let d = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        Deadline {
+            ns: self.ns.saturating_add(d),
+        }
+    }
+
+    /// Nanoseconds since the clock's origin.
+    pub fn as_nanos(self) -> u64 {
+        self.ns
+    }
+
+    /// A deadline from nanoseconds since the clock's origin (the inverse of [`as_nanos`]).
+    ///
+    /// [`as_nanos`]: Deadline::as_nanos
+    pub fn from_nanos(ns: u64) -> Deadline {
+        Deadline { ns }
+    }
+
+    /// Time left until the deadline, zero if it has passed.
+    pub fn remaining(self) -> Duration {
+        Duration::from_nanos(self.ns.saturating_sub(Deadline::now().ns))
+    }
+
+    /// Whether the deadline has passed.
+    pub fn has_passed(self) -> bool {
+        Deadline::now() >= self
+    }
+
+    pub(crate) fn timespec(self) -> Timespec {
+        Timespec {
+            tv_sec: (self.ns / 1_000_000_000) as i64,
+            tv_nsec: (self.ns % 1_000_000_000) as i64,
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_order_and_saturate() {
+        let a = Deadline::now();
+        let b = a.saturating_add(Duration::from_millis(5));
+        assert!(b > a);
+        assert_eq!(b.as_nanos() - a.as_nanos(), 5_000_000);
+        assert_eq!(a.saturating_add(Duration::MAX).as_nanos(), u64::MAX);
+        let ts = Deadline::from_nanos(3_000_000_123).timespec();
+        assert_eq!((ts.tv_sec, ts.tv_nsec), (3, 123));
+        assert!(Deadline::from_nanos(0).has_passed());
+        assert_eq!(Deadline::from_nanos(0).remaining(), Duration::ZERO);
+    }
+}
