@@ -121,7 +121,9 @@ fn low_half(word: &std::sync::atomic::AtomicU64) -> &std::sync::atomic::AtomicU3
     compile_error!("spindle-sync assumes a little-endian target for 64-bit futex words");
     // SAFETY: the low half of an 8-byte-aligned AtomicU64 is a 4-byte-aligned, live u32 for
     // as long as the borrow; see above for why no Rust access of that size happens.
-    unsafe { &*(word as *const std::sync::atomic::AtomicU64 as *const std::sync::atomic::AtomicU32) }
+    unsafe {
+        &*(word as *const std::sync::atomic::AtomicU64 as *const std::sync::atomic::AtomicU32)
+    }
 }
 
 /// The sleeping side of a protocol's futex word, in one place so that loom can replace it.
@@ -249,7 +251,10 @@ mod tests {
     fn wait_returns_at_once_when_the_value_differs() {
         let w = AtomicU32::new(1);
         assert_eq!(wait(&w, 0, None), WaitResult::ValueChanged);
-        assert_eq!(wait_in(Scope::Shared, &w, 0, None), WaitResult::ValueChanged);
+        assert_eq!(
+            wait_in(Scope::Shared, &w, 0, None),
+            WaitResult::ValueChanged
+        );
     }
 
     #[test]
