@@ -2,6 +2,7 @@
 //! trial, claims.
 
 mod contention;
+mod locks;
 
 use crate::harness::Ctx;
 use crate::report::ExperimentResult;
@@ -23,7 +24,7 @@ pub trait Experiment {
 
 /// Every experiment, in the order the lab runs them.
 pub fn all() -> Vec<Box<dyn Experiment>> {
-    vec![Box::new(contention::Contention)]
+    vec![Box::new(contention::Contention), Box::new(locks::Locks)]
 }
 
 /// Experiments planned in the architecture but not built yet, for `--list`.
@@ -31,10 +32,6 @@ pub const PLANNED: &[(&str, &str)] = &[
     (
         "affinity",
         "pinned vs unpinned message exchange between two threads (seed 004)",
-    ),
-    (
-        "locks",
-        "spinlocks vs futex mutexes under oversubscription: waits and idle times (seed 003)",
     ),
     (
         "eventcount",

@@ -283,10 +283,32 @@ fn experiment(h: &mut String, e: &ExperimentResult) {
     }
 
     for f in &e.figures {
+        if let Figure::Table {
+            title,
+            columns,
+            rows,
+        } = f
+        {
+            let _ = write!(h, "<h3>{}</h3><table><tr>", esc(title));
+            for c in columns {
+                let _ = write!(h, "<th>{}</th>", esc(c));
+            }
+            h.push_str("</tr>\n");
+            for row in rows {
+                h.push_str("<tr>");
+                for cell in row {
+                    let _ = write!(h, "<td>{}</td>", esc(cell));
+                }
+                h.push_str("</tr>\n");
+            }
+            h.push_str("</table>\n");
+            continue;
+        }
         let title = match f {
             Figure::Bars { title, .. }
             | Figure::Paired { title, .. }
-            | Figure::Strips { title, .. } => title,
+            | Figure::Strips { title, .. }
+            | Figure::Table { title, .. } => title,
         };
         let _ = writeln!(
             h,

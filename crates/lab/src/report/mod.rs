@@ -74,6 +74,12 @@ pub enum Figure {
         log: bool,
         strips: Vec<Strip>,
     },
+    /// A plain table of preformatted cells (e.g. a seed's table beside ours).
+    Table {
+        title: String,
+        columns: Vec<String>,
+        rows: Vec<Vec<String>>,
+    },
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -30,6 +30,8 @@ pub fn render(figure: &Figure) -> String {
         Figure::Strips {
             axis, log, strips, ..
         } => strips_svg(axis, *log, strips),
+        // Tables are drawn as HTML tables by the report, not as charts.
+        Figure::Table { .. } => Ok(String::new()),
     };
     result.unwrap_or_else(|e| format!("<p class=\"muted\">(chart unavailable: {e})</p>"))
 }

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use super::{ExperimentResult, LabReport};
+use super::{ExperimentResult, Figure, LabReport};
 use crate::harness::{ClaimResult, Verdict};
 
 fn num(v: f64) -> String {
@@ -105,7 +105,40 @@ fn experiment(out: &mut String, e: &ExperimentResult) {
         );
     }
     let _ = writeln!(out, "  ({})", e.unit);
+    for f in &e.figures {
+        if let Figure::Table {
+            title,
+            columns,
+            rows,
+        } = f
+        {
+            table(out, title, columns, rows);
+        }
+    }
     for c in &e.claims {
         let _ = writeln!(out, "{}", render_claims_line(c));
+    }
+}
+
+/// A figure table as aligned text columns.
+fn table(out: &mut String, title: &str, columns: &[String], rows: &[Vec<String>]) {
+    let _ = writeln!(out, "  {title}");
+    let widths: Vec<usize> = (0..columns.len())
+        .map(|i| {
+            rows.iter()
+                .filter_map(|r| r.get(i))
+                .chain(std::iter::once(&columns[i]))
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in std::iter::once(columns).chain(rows.iter().map(|r| r.as_slice())) {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        let _ = writeln!(out, "    {}", cells.join("  ").trim_end());
     }
 }
