@@ -1,0 +1,257 @@
+//! Stress tests of the event counts under oversubscription (7 or 6 threads on however many
+//! CPUs the machine has; 2 here), counting what must never happen:
+//!
+//! - a **lost wake-up**: after a burst of signals a producer waits until every waiter has seen
+//!   the burst's last version; a waiter that has not, 3 s later, slept through a signal (the
+//!   single-producer count may legitimately take up to its one-second settling window to
+//!   notice an overwritten flag, hence 3 s). Waiters without deadline, with long deadlines
+//!   (10 s) and with short ones (20–500 µs) all take part;
+//! - a wait that returns `Ok(v)` with `v` equal to the version it waited on;
+//! - a `TimedOut` before the deadline, or from a wait that had none.
+//!
+//! Each test sends `SPINDLE_STRESS_SIGNALS` signals (default 10^7). Bursts have random
+//! lengths — many of 1–8 signals, so that the race between a burst's last signal and waiters
+//! going to sleep is hit thousands of times — and waiters dawdle a random while between reading
+//! the version and waiting, to widen the windows. No timing is asserted.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::time::{Duration, Instant};
+
+use spindle_sync::eventcount::{EventCount, SpEventCount, TimedOut};
+use spindle_sync::Deadline;
+
+const WAITERS: usize = 5;
+const HANDSHAKE_LIMIT: Duration = Duration::from_secs(3);
+
+fn signals() -> u64 {
+    std::env::var("SPINDLE_STRESS_SIGNALS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10_000_000)
+}
+
+/// xorshift64*: enough randomness for burst lengths and dawdling.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    /// A burst length: half the bursts 1–8 signals, half up to 8192.
+    fn burst(&mut self) -> u64 {
+        if self.next() & 1 == 0 {
+            1 + self.below(8)
+        } else {
+            1 + self.below(8192)
+        }
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    lost_wakeups: AtomicU64,
+    same_version: AtomicU64,
+    early_timeouts: AtomicU64,
+    timeouts_without_deadline: AtomicU64,
+    waits: AtomicU64,
+    timeouts: AtomicU64,
+    handshakes: AtomicU64,
+}
+
+/// The waiter side both counts share.
+trait Count: Sync {
+    fn value(&self) -> u64;
+    fn wait(&self, old: u64, deadline: Option<Deadline>) -> Result<u64, TimedOut>;
+}
+impl Count for EventCount {
+    fn value(&self) -> u64 {
+        EventCount::value(self)
+    }
+    fn wait(&self, old: u64, deadline: Option<Deadline>) -> Result<u64, TimedOut> {
+        EventCount::wait(self, old, deadline)
+    }
+}
+impl Count for SpEventCount {
+    fn value(&self) -> u64 {
+        SpEventCount::value(self)
+    }
+    fn wait(&self, old: u64, deadline: Option<Deadline>) -> Result<u64, TimedOut> {
+        SpEventCount::wait(self, old, deadline)
+    }
+}
+
+/// Waiter `i`: 0 and 1 wait without deadline, 2 and 3 with 10 s deadlines, 4 with short ones.
+fn waiter(ec: &impl Count, i: usize, seen: &AtomicU64, stop: &AtomicBool, tally: &Tally) {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (i as u64 + 1) * 0x1234_5678_9abc_def1);
+    loop {
+        // Version first, then the stop flag: the final signal comes after `stop`, so a waiter
+        // that reads the final version also sees `stop`, and one that reads an earlier version
+        // is woken by the final signal.
+        let old = ec.value();
+        if stop.load(Acquire) {
+            break;
+        }
+        seen.store(old, Release);
+        for _ in 0..rng.below(64) {
+            std::hint::spin_loop();
+        }
+        let deadline = match i {
+            0 | 1 => None,
+            2 | 3 => Some(Deadline::after(Duration::from_secs(10))),
+            _ => Some(Deadline::after(Duration::from_micros(20 + rng.below(480)))),
+        };
+        tally.waits.fetch_add(1, Relaxed);
+        match ec.wait(old, deadline) {
+            Ok(v) if v == old => {
+                tally.same_version.fetch_add(1, Relaxed);
+            }
+            Ok(_) => {}
+            Err(TimedOut) => {
+                tally.timeouts.fetch_add(1, Relaxed);
+                match deadline {
+                    None => {
+                        tally.timeouts_without_deadline.fetch_add(1, Relaxed);
+                    }
+                    Some(d) if !d.has_passed() => {
+                        tally.early_timeouts.fetch_add(1, Relaxed);
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+    }
+}
+
+/// After a burst ending at version `v`: wait until every waiter has seen at least `v`.
+fn handshake(ec: &impl Count, v: u64, seen: &[AtomicU64], tally: &Tally) {
+    tally.handshakes.fetch_add(1, Relaxed);
+    let start = Instant::now();
+    let mut spins = 0u32;
+    loop {
+        let behind = seen.iter().filter(|s| s.load(Acquire) < v).count();
+        if behind == 0 {
+            return;
+        }
+        if start.elapsed() > HANDSHAKE_LIMIT {
+            // Versions only grow here (no wrap in 10^7 signals): a waiter still below `v` 3 s
+            // later slept through the signal that made `v`.
+            tally.lost_wakeups.fetch_add(behind as u64, Relaxed);
+            eprintln!(
+                "lost wake-up: {behind} waiter(s) behind version {v} (now {}) after {:?}",
+                ec.value(),
+                start.elapsed()
+            );
+            return;
+        }
+        spins += 1;
+        if spins < 100 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+fn report(name: &str, tally: &Tally, started: Instant) {
+    eprintln!(
+        "{name}: {} waits ({} timed out), {} handshakes in {:.1} s",
+        tally.waits.load(Relaxed),
+        tally.timeouts.load(Relaxed),
+        tally.handshakes.load(Relaxed),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(tally.lost_wakeups.load(Relaxed), 0, "lost wake-ups");
+    assert_eq!(tally.same_version.load(Relaxed), 0, "Ok(v) with v == old");
+    assert_eq!(
+        tally.early_timeouts.load(Relaxed),
+        0,
+        "timeouts before the deadline"
+    );
+    assert_eq!(
+        tally.timeouts_without_deadline.load(Relaxed),
+        0,
+        "timeouts without a deadline"
+    );
+    assert!(tally.handshakes.load(Relaxed) > 0);
+}
+
+#[test]
+fn multi_producer_no_lost_wakeups() {
+    const PRODUCERS: u64 = 2;
+    let ec = EventCount::new();
+    let seen: Vec<AtomicU64> = (0..WAITERS).map(|_| AtomicU64::new(0)).collect();
+    let stop = AtomicBool::new(false);
+    let tally = Tally::default();
+    let total = signals();
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for (i, seen_i) in seen.iter().enumerate() {
+            let (ec, stop, tally) = (&ec, &stop, &tally);
+            s.spawn(move || waiter(ec, i, seen_i, stop, tally));
+        }
+        let producers: Vec<_> = (0..PRODUCERS)
+            .map(|p| {
+                let (ec, seen, tally) = (&ec, &seen, &tally);
+                s.spawn(move || {
+                    let mut rng = Rng(0xdead_beef_cafe_f00d ^ (p + 1));
+                    let mut left = total / PRODUCERS;
+                    while left > 0 {
+                        let k = rng.burst().min(left);
+                        for _ in 0..k {
+                            ec.increment();
+                        }
+                        left -= k;
+                        let v = ec.value();
+                        handshake(ec, v, seen, tally);
+                    }
+                })
+            })
+            .collect();
+        for p in producers {
+            p.join().unwrap();
+        }
+        stop.store(true, Release);
+        ec.increment();
+    });
+    assert_eq!(ec.value(), total / PRODUCERS * PRODUCERS + 1);
+    report("EventCount", &tally, started);
+}
+
+#[test]
+fn single_producer_no_lost_wakeups() {
+    let ec = SpEventCount::new();
+    let seen: Vec<AtomicU64> = (0..WAITERS).map(|_| AtomicU64::new(0)).collect();
+    let stop = AtomicBool::new(false);
+    let tally = Tally::default();
+    let total = signals();
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for (i, seen_i) in seen.iter().enumerate() {
+            let (ec, stop, tally) = (&ec, &stop, &tally);
+            s.spawn(move || waiter(ec, i, seen_i, stop, tally));
+        }
+        let (ec, seen, tally, stop) = (&ec, &seen, &tally, &stop);
+        s.spawn(move || {
+            let mut producer = ec.producer().expect("the only producer");
+            let mut rng = Rng(0x0123_4567_89ab_cdef);
+            let mut left = total;
+            while left > 0 {
+                let k = rng.burst().min(left);
+                for _ in 0..k {
+                    producer.increment();
+                }
+                left -= k;
+                handshake(ec, ec.value(), seen, tally);
+            }
+            stop.store(true, Release);
+            producer.increment();
+        });
+    });
+    assert_eq!(ec.value(), total + 1);
+    report("SpEventCount", &tally, started);
+}
