@@ -2,6 +2,7 @@
 //! trial, claims.
 
 mod contention;
+mod eventcount;
 mod locks;
 
 use crate::harness::Ctx;
@@ -24,7 +25,11 @@ pub trait Experiment {
 
 /// Every experiment, in the order the lab runs them.
 pub fn all() -> Vec<Box<dyn Experiment>> {
-    vec![Box::new(contention::Contention), Box::new(locks::Locks)]
+    vec![
+        Box::new(contention::Contention),
+        Box::new(eventcount::EventCountExperiment),
+        Box::new(locks::Locks),
+    ]
 }
 
 /// Experiments planned in the architecture but not built yet, for `--list`.
@@ -32,10 +37,6 @@ pub const PLANNED: &[(&str, &str)] = &[
     (
         "affinity",
         "pinned vs unpinned message exchange between two threads (seed 004)",
-    ),
-    (
-        "eventcount",
-        "event counts: signal cost, wake latency, hand-off (seed 000)",
     ),
     (
         "fences",
