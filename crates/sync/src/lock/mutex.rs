@@ -6,63 +6,85 @@
 //!
 //! ```text
 //!   bit 0      LOCKED    some thread holds the lock
-//!   bit 1      WOKEN     an unlocker has issued a futex_wake that no waiter has yet answered
+//!   bit 1      WOKEN     an unlocker has issued (or is about to issue) a futex_wake; cleared
+//!                        by the next CAS of a woken thread or of any thread going to sleep
 //!   bits 2..   SLEEPERS  threads registered as (possible) sleepers, counted in units of 4
 //! ```
 //!
+//! Invariants: `SLEEPERS` counts exactly the threads that have registered in their current
+//! `lock` call and not yet acquired (each registers at most once per call and leaves the count
+//! with the CAS that takes the lock); a thread sleeps only in `futex_wait(state, v)` where `v`
+//! has `LOCKED` set, `WOKEN` clear and counts the thread.
+//!
 //! - `lock` fast path: `compare_exchange(0, LOCKED, Acquire)`.
 //! - `lock` slow path, one loop: read the word; if `LOCKED` is clear, take the lock with a CAS
-//!   that sets `LOCKED` (and, for a thread that had registered, also subtracts its `SLEEPER`
-//!   and clears `WOKEN` if it returned from a wait). Anyone may take a free lock — *barging*:
-//!   the lock never waits for a particular thread to be scheduled, which is what keeps it from
-//!   sitting idle while a woken thread is still on its way to a CPU. While the word says
-//!   `LOCKED`, first spin [`SPIN`] rounds with `pause`, then yield the CPU [`YIELDS`] times
-//!   (which lets a preempted holder run on an oversubscribed CPU), then register with a CAS
-//!   (`+ SLEEPER` once, and clearing `WOKEN` after a wait) and `futex_wait(state, new)` on
-//!   exactly the value that CAS wrote. After any return from the wait the thread spins again
-//!   ([`SPIN_AFTER_WAKE`] rounds) before it re-registers.
+//!   that sets `LOCKED` (and, for a thread that had registered, also subtracts its `SLEEPER`;
+//!   for a thread that has returned from a wait, also clears `WOKEN`). Anyone may take a free
+//!   lock — *barging*: the lock never waits for a particular thread to be scheduled, which is
+//!   what keeps it from sitting idle while a woken thread is still on its way to a CPU. While
+//!   the word says `LOCKED`, first spin [`SPIN`] rounds of `pause` + plain load, then yield the
+//!   CPU [`YIELDS`] times (which lets a preempted holder run on an oversubscribed CPU), then
+//!   register: one CAS from a value with `LOCKED` set that adds `SLEEPER` (first time only) and
+//!   clears `WOKEN`, then `futex_wait(state, new)` on exactly the value that CAS wrote (or,
+//!   when there was nothing to change — registered and `WOKEN` already clear — the value just
+//!   read). After any return from the wait the thread spins again ([`SPIN_AFTER_WAKE`] rounds,
+//!   no more yields) before it clears `WOKEN` and sleeps again the same way.
 //! - `unlock`: `fetch_sub(LOCKED, Release)`. If the old value was exactly `LOCKED` (no
-//!   sleepers, no wake pending) that is all — one locked instruction, as in a spinlock.
-//!   Otherwise wake only if there are sleepers, nobody re-took the lock meanwhile (its unlock
-//!   will do it) and no wake is pending (`WOKEN` clear): CAS `WOKEN` in, then
-//!   `futex_wake(state, 1)`.
+//!   sleepers, no wake pending) that is all — one locked instruction. Otherwise, on the value
+//!   it left: wake only if there are sleepers, nobody re-took the lock meanwhile (its unlock
+//!   will do it) and no wake is pending (`WOKEN` clear): CAS `WOKEN` in (re-reading on failure),
+//!   then `futex_wake(state, 1)`.
 //!
 //! `WOKEN` is what avoids the wake storm of the three-state mutex: while a woken thread is on
 //! its way, or spinning after its wake, unlocks make no system call at all. It is Go's
-//! `sync.Mutex` `mutexWoken` idea on a futex word.
+//! `sync.Mutex` `mutexWoken` idea on a futex word. It is cleared by the woken thread's next
+//! CAS (acquire or sleep again), and also by *any* thread that goes to sleep: a sleeper must
+//! not sleep on a value that carries `WOKEN`, or the word could come back to exactly that value
+//! after the wake it refers to had been spent (`WOKEN` cleared by the woken thread, which took
+//! the lock and left; set again by an unlock whose wake found nobody queued; the lock re-taken
+//! and the count restored by a new sleeper), and the sleeper would sleep through the one wake
+//! meant for it (a lost wake-up, found by reading the protocol: that interleaving needs about
+//! four preemptions, more than the loom models explore). The price is at most one extra wake
+//! per sleep that begins while a wake is pending.
 //!
 //! # Why no wake-up is lost
 //!
-//! A thread sleeps only in `futex_wait(state, v)` where `v` is the value its own registration
-//! CAS wrote (or read, when there was nothing to change): `v` has `LOCKED` set and counts the
-//! thread. The kernel queues the thread and sleeps only if the word still equals `v`,
-//! atomically with respect to `futex_wake`. So at the moment it sleeps the lock is held by
-//! some thread H and the word counts a sleeper. Two cases:
+//! Suppose an execution ends with threads asleep forever in `lock` and no other thread left to
+//! run. Let `F` be the word's final value. Nobody holds the lock (a holder would run and
+//! unlock), so `LOCKED` is clear in `F`, and the sleepers are counted in `F`.
 //!
-//! 1. `WOKEN` clear in `v`. Every change to the word after this moment happens after the
-//!    thread is queued. H's unlock (or the unlock of whoever re-takes the lock after H, by
-//!    induction) sees `SLEEPERS > 0`; it either finds `WOKEN` set (case 2) or sets it and calls
-//!    `futex_wake`, which finds the queue non-empty and wakes someone.
-//! 2. `WOKEN` set. An unlocker set it and called (or is about to call) `futex_wake`. Either
-//!    that wake took a queued thread out of the kernel, or the queue was empty because every
-//!    registered thread was between its registration and its wait — and such a thread's wait
-//!    returns at once, since `WOKEN` was set after it registered. Either way some thread has
-//!    returned from its wait; it treats itself as woken and its next CAS (acquire or
-//!    re-register) clears `WOKEN`, putting us back in case 1 (or it holds the lock and its
-//!    unlock will wake). Clearing a `WOKEN` that was meant for another thread only permits an
-//!    extra wake; it never prevents one.
+//! 1. `WOKEN` clear in `F`. Let `U` be the last unlock (its `fetch_sub` cleared `LOCKED` for the
+//!    last time). Every sleeper registered before it (registration needs `LOCKED` set), and no
+//!    CAS after it can change the word except `U`'s own (acquiring sets `LOCKED`; registering
+//!    and clearing `WOKEN` need `LOCKED` set). So `U`'s `unlock_slow` saw `SLEEPERS > 0`,
+//!    `LOCKED` and `WOKEN` clear, and set `WOKEN` — contradicting `F`.
+//! 2. `WOKEN` set in `F`. Let `U` be the unlock whose CAS set it last, at time `t`; `U` calls
+//!    `futex_wake` after `t`, and no CAS clears `WOKEN` after `t`. A sleeper's last wait
+//!    compared the word with a value whose `WOKEN` is clear; after `t` the word always carries
+//!    `WOKEN`, so every sleeper's last wait queued it before `t` (a later comparison would have
+//!    failed, and the thread would have had to CAS again, clearing `WOKEN`). So `U`'s wake finds
+//!    a non-empty queue and takes some thread out of it after `t`. That thread is in a `lock`
+//!    call with its `woken` flag set and, after at most [`SPIN_AFTER_WAKE`] rounds, performs a
+//!    successful CAS — acquiring or sleeping again — and both clear `WOKEN`: a contradiction.
 //!
-//! The loom models check this argument with the futex replaced by a compare-and-block model.
+//! A spurious or early return from `futex_wait` is harmless: the thread re-checks the word and
+//! behaves as woken. Clearing a `WOKEN` that was meant for another thread only permits an
+//! extra wake; it never prevents one. The loom models check this argument with the futex
+//! replaced by a compare-and-block model; a variant of `unlock` that never wakes makes the
+//! three-thread models deadlock.
 //!
 //! # Orderings
 //!
 //! Every transition is an atomic RMW on the one word, so all of them are totally ordered
-//! (modification order) whatever their ordering argument; the protocol above needs only that.
-//! The CAS that sets `LOCKED` is `Acquire` and reads from (or after, through the RMW release
-//! sequence) the previous holder's `Release` `fetch_sub`, which orders critical sections.
-//! Registration, `WOKEN` and the plain loads only decide when to try or sleep: `Relaxed`.
+//! (modification order) whatever their ordering argument; the protocol above needs only that
+//! and the kernel's compare-and-queue being atomic with respect to `futex_wake` on the word.
+//! The CAS that sets `LOCKED` is `Acquire` and reads from the previous holder's `Release`
+//! `fetch_sub`, or from a later RMW in its release sequence (every write to the word is an
+//! RMW), which orders critical sections. Registration, `WOKEN` and the plain loads only decide
+//! when to try or sleep: `Relaxed`.
 //!
-//! Linearisation points: `lock`/`try_lock` at the CAS that sets `LOCKED`, `unlock` at its
+//! Linearisation points: `lock` and a successful `try_lock` at the CAS that sets `LOCKED`; a
+//! failed `try_lock` at the load (or failed CAS) that saw `LOCKED`; `unlock` at its
 //! `fetch_sub`.
 //!
 //! # Fairness
@@ -132,7 +154,8 @@ impl SpindleLock {
     #[inline(never)]
     fn lock_slow(&self) {
         // Whether this thread's SLEEPER is counted in the word, and whether it has returned
-        // from a wait since its last CAS (so that it owes the word a clearing of WOKEN).
+        // from a wait in this call (then its acquiring CAS also clears WOKEN; every sleeping
+        // CAS clears WOKEN anyway).
         let mut registered = false;
         let mut woken = false;
         // Spin rounds, then yield rounds, left before (re-)registering and sleeping.
@@ -168,27 +191,24 @@ impl SpindleLock {
                 state = self.state.load(Relaxed);
                 continue;
             }
-            // Register (once) and answer a wake (clear WOKEN), then sleep on what we wrote.
-            let mut new = state;
+            // Register (once) and clear WOKEN, then sleep on what we wrote: a sleep value
+            // never carries WOKEN (see "Why no wake-up is lost").
+            let mut new = state & !WOKEN;
             if !registered {
                 new += SLEEPER;
-            }
-            if woken {
-                new &= !WOKEN;
             }
             if new != state {
                 if let Err(s) = self.state.compare_exchange(state, new, Relaxed, Relaxed) {
                     state = s;
                     continue;
                 }
-                // This CAS paid any WOKEN debt (`woken` is set again after the wait).
                 registered = true;
             }
             #[cfg(all(test, loom))]
             MODEL_SLEEPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             self.parking.wait32(&self.state, new, None);
             // Woken, or the word changed, or a spurious return: in every case this thread may
-            // be the one an unlocker's WOKEN refers to, so it owes a clearing of WOKEN.
+            // be the one an unlocker's WOKEN refers to, so its next CAS clears WOKEN.
             woken = true;
             spins = SPIN_AFTER_WAKE;
             state = self.state.load(Relaxed);
