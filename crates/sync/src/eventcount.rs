@@ -11,17 +11,16 @@
 //!
 //! # The word
 //!
-//! One `AtomicU64`: bit 63 (the sign bit) is the *sleepers* flag `F`, bits 0..63 the version
-//! (so the version wraps at 2^63; a carry out of bit 62 looks like a flag and costs one spurious
-//! wake). The flag sits in the sign bit so that the single producer can detect it from the
-//! condition codes of a plain `add` (see below). Futex calls act on the high 32 bits, which
-//! hold the flag and the version's bits 32..63 (x86-64 is little-endian).
+//! One `AtomicU64`: bit 0 is the *sleepers* flag `F`, bits 1..64 the version (so the version
+//! wraps at 2^63, and a signal adds 2 per version). Futex calls act on the low 32 bits, which
+//! hold the flag *and* the version's low 31 bits (x86-64 is little-endian); both matter, see
+//! below.
 //!
 //! # Multi-producer protocol ([`EventCount`])
 //!
 //! Signal (`add(d)`):
 //! ```text
-//! old = fetch_add(word, d)             // lock xadd: the only instruction on the fast path
+//! old = fetch_add(word, 2d)            // lock xadd: the only instruction on the fast path
 //! if old & F:                          // a waiter may be asleep
 //!     fetch_and(word, !F); futex_wake(word, all)
 //! ```
@@ -29,25 +28,28 @@
 //! ```text
 //! spin a little while version == v
 //! loop:
-//!     CAS(word, v → v|F)               // publish "a sleeper may be present"
+//!     CAS(word, 2v → 2v|F)             // publish "a sleeper may be present"
 //!         fails with version != v  → return Changed
-//!         fails with v|F           → the flag is already set: fine
-//!     spin a little while word == v|F
-//!     futex_wait(high32(word), high32(v|F), deadline)   // sleeps only if the flag stands
+//!         fails with 2v|F          → the flag is already set: fine
+//!     spin a little while word == 2v|F
+//!     futex_wait(low32(word), low32(2v|F), deadline)   // sleeps only if still 2v|F
 //!     return Changed if version != v; TimedOut if the deadline passed
 //! ```
 //!
 //! **Invariants.** (1) Only a signal that saw the flag in the value its `fetch_add` returned
-//! clears it, and it wakes everybody *after* clearing. (2) A waiter flags only the exact word
-//! `v` it has seen, and sleeps only while the flag stands. (3) Every signal after a flag was set
-//! sees it (RMWs are ordered), so the flag stands only while no signal has followed it: while
-//! the flag stands, the version is still the `v` of the waiter that set it. That is why the
-//! futex may compare only the high half — flag present means nothing happened — and why the
-//! version's low bits need not take part (no 2^32 wrap-around window, unlike a low-half futex).
+//! clears it, and it wakes everybody *after* clearing. (2) A waiter sleeps only while the word's
+//! low half is exactly that of `2v|F`: its version and a standing flag. Both are needed. The
+//! flag alone is not enough, because a flag can belong to *another* waiter: after a signal
+//! cleared our flag and moved the version to `v+1`, a second waiter may flag `2(v+1)|F`; a
+//! futex that compared only the flag would let us sleep on that newer flag although our
+//! version `v` is gone, until some later signal. (An earlier layout of this module did exactly
+//! that — flag in the sign bit, futex on the high half — and the stress test found the lost
+//! wake-ups within seconds.) The version alone is not enough either: a signal may clear a
+//! flag set after its own increment, and the waiter that set it must then notice the flag gone.
 //!
 //! **No lost wake-up.** All read-modify-writes of the word are totally ordered (the word's
 //! modification order; on x86 every `lock`ed instruction is a full barrier anyway). Take a
-//! waiter whose futex wait found the flag standing and went to sleep. The signal that moves
+//! waiter whose futex wait compared the low half to that of `2v|F` and went to sleep. The signal that moves
 //! the version past `v` is a `fetch_add` ordered either before the waiter's CAS — then the CAS
 //! or the kernel's comparison would have seen the new version and the waiter would not sleep —
 //! or after it. In the latter case the `fetch_add` returns a value with the flag set *unless*
@@ -58,8 +60,11 @@
 //! bucket lock that `futex_wake` takes too) means the waiter is either already queued, and
 //! woken, or compares and sees the new word. A clear that races with a *new* flag (a second
 //! waiter flips it between a signal's `fetch_add` and its `fetch_and`) erases that flag; the
-//! second waiter then finds the flag gone in its futex comparison or after its spin, and flips
-//! it again — the loop never sleeps on a flag it did not just see standing.
+//! second waiter then finds `2v'` instead of `2v'|F` in its futex comparison or after its spin,
+//! and flips the flag again — the loop never sleeps on a value it did not just see. The futex
+//! compares 32 bits, so a waiter could sleep through exactly a multiple of 2^31 signals
+//! arriving between its last load and its futex call; that is the same (accepted) window as
+//! `ck_ec`'s 64-bit event count.
 //!
 //! **Orderings.** Signals use `Release` (data written before the signal is visible to a
 //! waiter that sees the new version); every load or CAS that can return `Changed` uses
@@ -74,19 +79,24 @@
 //! # Single-producer protocol ([`SpEventCount`])
 //!
 //! With one producer, the version needs no atomic increment: on x86-64 the producer uses
-//! `add qword ptr [word], d` *without* the `lock` prefix, followed by `sets`: the flag is the
-//! sign bit, so the sign of the sum says whether it was set (the seed's `inc`-and-condition-
-//! codes variant). Waiters still flip the flag with a `lock cmpxchg`.
+//! `add qword ptr [word], 2d` *without* the `lock` prefix, then tests bit 0 of the word. Adding
+//! an even number never changes bit 0, so a flag standing before the add is still there after
+//! it; a flag set just after the add is seen too, which only costs a spurious wake (the waiter
+//! that set it finds its flag cleared and sets it again). Waiters still flip the flag with a
+//! `lock cmpxchg`.
 //!
-//! Why `add` and not the seed's other option, a non-`lock`ed `xadd`: on the Zen 5 machine the
+//! Why not the seed's non-`lock`ed `xadd`, which returns the old value: on the Zen 5 machine the
 //! lab ran on, `xadd m64, r64` costs about 2.1 ns (≈ 5.5 cycles) per signal, eight times a
-//! plain load-add-store, while `add` + `sets` costs the same 0.27 ns as the plain increment
-//! (a standalone microbenchmark, 2^26 iterations; the lab's `eventcount` experiment repeats
-//! the comparison). Why one instruction and not a load and a store: an interrupt cannot split
-//! an instruction, and interrupt entry drains the store buffer; with two instructions the
-//! producer could be preempted between its load and its store for longer than the waiters'
-//! one-second window below, and then overwrite a flag after they trusted it. The sum's sign and
-//! carry flags also catch the version wrapping past 2^63 (see `producer_add`).
+//! plain load-add-store, while `add` plus the re-load of the flag byte costs the same 0.27 ns
+//! as the plain increment (the re-load is forwarded from the add's own store and sits on no
+//! dependency chain; a standalone microbenchmark, 2^26 iterations, and the lab's `eventcount`
+//! experiment both show it). The seed's other option, `inc` with the flag in the sign bit
+//! read from the condition codes, forces the futex onto the half that holds the sign bit,
+//! which does not hold the version's low bits (see the invariants above). Why one instruction
+//! and not a load and a store: an interrupt cannot split an instruction, and interrupt entry
+//! drains the store buffer; with two instructions the producer could be preempted between its
+//! load and its store for longer than the waiters' one-second window below, and then
+//! overwrite a flag after they trusted it.
 //!
 //! Under x86-TSO a `lock`ed instruction acts on memory with the store buffer drained; the
 //! producer's plain `add` reads its own latest version (from memory or its own store buffer), so
@@ -149,8 +159,8 @@ const SP_FLAG_SETTLE: Duration = Duration::ZERO;
 /// The first timed sleep of a single-producer waiter; each next one doubles.
 const SP_FIRST_TIMEOUT: Duration = Duration::from_millis(1);
 
-const FLAG: u64 = 1 << 63;
-const VERSION_MASK: u64 = !FLAG;
+const FLAG: u64 = 1;
+const VERSION_MASK: u64 = u64::MAX >> 1;
 
 /// The deadline passed before the version changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -205,7 +215,7 @@ impl Core {
 
     #[inline]
     fn value(&self) -> u64 {
-        self.word.load(Acquire) & VERSION_MASK
+        self.word.load(Acquire) >> 1
     }
 
     /// The slow part of a signal: the returned old word had the flag set.
@@ -213,9 +223,11 @@ impl Core {
     #[inline(never)]
     fn wake_sleepers(&self) {
         self.word.fetch_and(!FLAG, Release);
-        self.parking.wake64_high(&self.word, u32::MAX);
+        self.parking.wake64_low(&self.word, u32::MAX);
     }
 
+    // Under loom the spin constants are 0 (see their definitions).
+    #[cfg_attr(loom, allow(clippy::reversed_empty_ranges))]
     /// The waiter side, shared by both protocols; `single_producer` adds the timed sleeps of
     /// the first second after a flag flip.
     fn wait<T>(
@@ -226,9 +238,9 @@ impl Core {
         pred: &mut dyn FnMut(&mut WaitState) -> Option<T>,
     ) -> Waited<T> {
         let old = old & VERSION_MASK;
-        let idle = old;
+        let idle = old << 1;
         let flagged = idle | FLAG;
-        let version = |w: u64| w & VERSION_MASK;
+        let version = |w: u64| w >> 1;
 
         for _ in 0..SPIN_BEFORE_FLAG {
             let w = self.word.load(Acquire);
@@ -295,7 +307,7 @@ impl Core {
                 }
             }
             self.parking
-                .wait64_high(&self.word, (flagged >> 32) as u32, sleep_until);
+                .wait64_low(&self.word, flagged as u32, sleep_until);
 
             let w = self.word.load(Acquire);
             if version(w) != old {
@@ -363,11 +375,11 @@ impl EventCount {
     /// previous version. With no sleeper this is one `lock xadd` and a predictable branch.
     #[inline]
     pub fn add(&self, delta: u64) -> u64 {
-        let old = self.core.word.fetch_add(delta & VERSION_MASK, Release);
+        let old = self.core.word.fetch_add(delta << 1, Release);
         if old & FLAG != 0 {
             self.core.wake_sleepers();
         }
-        old & VERSION_MASK
+        old >> 1
     }
 
     /// Whether a waiter has announced that it may sleep (the flag is set).
@@ -532,7 +544,7 @@ impl SpProducer<'_> {
     #[inline]
     pub fn add(&mut self, delta: u64) {
         let core = &self.ec.core;
-        if producer_add(&core.word, delta & VERSION_MASK) {
+        if producer_add(&core.word, delta << 1) {
             core.wake_sleepers();
         }
     }
@@ -550,54 +562,38 @@ impl Drop for SpProducer<'_> {
     }
 }
 
-/// The producer's signal: `add` without `lock` (x86-64). Returns whether the slow path must
-/// run: the sleepers flag (the sign bit) was set, or the version wrapped past 2^63 and carried
-/// into the flag bit. With the flag in the sign bit the condition codes of the sum say it all:
-///
-/// | before         | after the add          | SF | CF |
-/// |----------------|------------------------|----|----|
-/// | flag clear     | no wrap                | 0  | 0  |
-/// | flag clear     | wrap: carry into bit 63| 1  | 0  |
-/// | flag set       | no wrap                | 1  | 0  |
-/// | flag set       | wrap: carry out        | 0  | 1  |
-///
-/// so the slow path runs when `SF + CF` is non-zero; it clears the flag bit and wakes, which
-/// is right in all three non-zero rows (a carry-made flag is spurious; a flag carried out was a
-/// real waiter's).
+/// The producer's signal: `add` without `lock`, then a test of the flag bit (x86-64).
+/// `delta2` is even, so the add never touches the flag. Returns whether the flag was set.
 #[cfg(all(target_arch = "x86_64", not(loom)))]
 #[inline(always)]
-fn producer_add(word: &AtomicU64, delta: u64) -> bool {
-    let slow: u32;
+fn producer_add(word: &AtomicU64, delta2: u64) -> bool {
+    let flag: u32;
     // SAFETY: `word` is a valid, aligned u64 for the borrow. The asm has no `nomem`, so it is
     // also a compiler barrier: the producer's earlier data writes are emitted before it, and
-    // x86-TSO keeps stores in program order, which makes the new version a release. It is one
-    // instruction, so no interrupt can fall between its load and its store. Racing waiters
+    // x86-TSO keeps stores in program order, which makes the new version a release. The add is
+    // one instruction, so no interrupt can fall between its load and its store. Racing waiters
     // only ever touch the word with `lock`ed instructions; the one effect of the race (a flag
-    // overwritten) is handled by the waiters, see the module documentation.
+    // overwritten) is handled by the waiters, see the module documentation. Zeroing `f` first
+    // keeps the byte `setnz` from depending on the register's previous value.
     unsafe {
-        // Zeroing `s` first (before the add: `xor` writes the flags) breaks the dependency a
-        // byte `sets` would otherwise carry from the previous signal's value of the register,
-        // which halves the throughput of a signalling loop on Zen 5 (0.53 vs 0.28 ns).
         std::arch::asm!(
-            "xor {s:e}, {s:e}",
+            "xor {f:e}, {f:e}",
             "add qword ptr [{p}], {d}",
-            "sets {s:l}",
-            "adc {s:e}, 0",
+            "test byte ptr [{p}], 1",
+            "setnz {f:l}",
             p = in(reg) word.as_ptr(),
-            d = in(reg) delta,
-            s = out(reg) slow,
+            d = in(reg) delta2,
+            f = out(reg) flag,
             options(nostack),
         );
     }
-    slow != 0
+    flag != 0
 }
 
 #[cfg(not(all(target_arch = "x86_64", not(loom))))]
 #[inline(always)]
-fn producer_add(word: &AtomicU64, delta: u64) -> bool {
-    let old = word.fetch_add(delta, Release);
-    // Flag set before, or a wrap that carried into the flag bit (see the table above).
-    old & FLAG != 0 || (old & VERSION_MASK) + delta > VERSION_MASK
+fn producer_add(word: &AtomicU64, delta2: u64) -> bool {
+    word.fetch_add(delta2, Release) & FLAG != 0
 }
 
 #[cfg(all(test, not(loom)))]
@@ -616,10 +612,7 @@ mod tests {
         assert_eq!(ec.value(), VERSION_MASK);
         assert_eq!(ec.increment(), VERSION_MASK);
         assert_eq!(ec.value(), 0, "the version wraps at 2^63");
-        // The carry landed in the flag bit: one spurious flag, cleared by the next signal.
-        assert!(ec.has_waiters());
-        assert_eq!(ec.increment(), 0);
-        assert!(!ec.has_waiters());
+        assert!(!ec.has_waiters(), "the carry leaves the word, not the flag");
 
         let sp = SpEventCount::new();
         let mut p = sp.producer().unwrap();
@@ -630,22 +623,19 @@ mod tests {
         assert_eq!(sp.value(), VERSION_MASK);
         p.increment();
         assert_eq!(sp.value(), 0, "the version wraps at 2^63");
-        assert!(!sp.has_waiters(), "the wrapping signal cleared the carry");
+        assert!(!sp.has_waiters());
     }
 
     #[test]
-    fn producer_add_takes_the_slow_path_exactly_when_the_table_says() {
-        let w = AtomicU64::new(5);
-        assert!(!producer_add(&w, 1), "flag clear, no wrap");
-        w.store(VERSION_MASK, Relaxed);
-        assert!(
-            producer_add(&w, 1),
-            "flag clear, wrap carries into the flag bit"
-        );
-        w.store(FLAG | 5, Relaxed);
-        assert!(producer_add(&w, 1), "flag set, no wrap");
-        w.store(FLAG | VERSION_MASK, Relaxed);
-        assert!(producer_add(&w, 2), "flag set, wrap carries it out");
+    fn producer_add_sees_the_flag_before_and_after_it() {
+        let w = AtomicU64::new(10);
+        assert!(!producer_add(&w, 2));
+        assert_eq!(w.load(Relaxed), 12);
+        w.store(13, Relaxed);
+        assert!(producer_add(&w, 2), "a standing flag survives an even add");
+        assert_eq!(w.load(Relaxed), 15);
+        w.store(u64::MAX, Relaxed);
+        assert!(producer_add(&w, 2), "and a wrapping one");
         assert_eq!(w.load(Relaxed), 1);
     }
 

@@ -112,20 +112,18 @@ pub fn wake_in(scope: Scope, word: &std::sync::atomic::AtomicU32, n: u32) -> usi
     futex::wake(word, scope.flags(), n.min(i32::MAX as u32)).unwrap_or(0)
 }
 
-/// The high (most significant) 32 bits of a 64-bit atomic word, as the address a futex call
+/// The low (least significant) 32 bits of a 64-bit atomic word, as the address a futex call
 /// takes. Only ever handed to the kernel, which reads it atomically; Rust code never performs
 /// a 32-bit access to the 64-bit atomic, so there is no mixed-size access on our side.
 #[cfg(not(loom))]
-fn high_half(word: &std::sync::atomic::AtomicU64) -> &std::sync::atomic::AtomicU32 {
+fn low_half(word: &std::sync::atomic::AtomicU64) -> &std::sync::atomic::AtomicU32 {
     #[cfg(not(target_endian = "little"))]
     compile_error!("spindle-sync assumes a little-endian target for 64-bit futex words");
-    // SAFETY: bytes 4..8 of an 8-byte-aligned AtomicU64 are a 4-byte-aligned, live u32 for as
-    // long as the borrow (little-endian: the most significant half); see above for why no
-    // Rust access of that size happens.
+    // SAFETY: the first four bytes of an 8-byte-aligned AtomicU64 are a 4-byte-aligned, live
+    // u32 for as long as the borrow (little-endian: the least significant half); see above for
+    // why no Rust access of that size happens.
     unsafe {
-        &*(word as *const std::sync::atomic::AtomicU64)
-            .cast::<std::sync::atomic::AtomicU32>()
-            .add(1)
+        &*(word as *const std::sync::atomic::AtomicU64).cast::<std::sync::atomic::AtomicU32>()
     }
 }
 
@@ -169,16 +167,16 @@ impl Parking {
         wait(word, expected, deadline)
     }
 
-    /// Sleep while the high 32 bits of `word` equal `expected`.
+    /// Sleep while the low 32 bits of `word` equal `expected`.
     #[cfg(not(loom))]
     #[inline]
-    pub(crate) fn wait64_high(
+    pub(crate) fn wait64_low(
         &self,
         word: &crate::primitives::AtomicU64,
         expected: u32,
         deadline: Option<Deadline>,
     ) -> WaitResult {
-        wait(high_half(word), expected, deadline)
+        wait(low_half(word), expected, deadline)
     }
 
     #[cfg(not(loom))]
@@ -189,8 +187,8 @@ impl Parking {
 
     #[cfg(not(loom))]
     #[inline]
-    pub(crate) fn wake64_high(&self, word: &crate::primitives::AtomicU64, n: u32) -> usize {
-        wake(high_half(word), n)
+    pub(crate) fn wake64_low(&self, word: &crate::primitives::AtomicU64, n: u32) -> usize {
+        wake(low_half(word), n)
     }
 
     #[cfg(loom)]
@@ -218,14 +216,14 @@ impl Parking {
     }
 
     #[cfg(loom)]
-    pub(crate) fn wait64_high(
+    pub(crate) fn wait64_low(
         &self,
         word: &crate::primitives::AtomicU64,
         expected: u32,
         deadline: Option<Deadline>,
     ) -> WaitResult {
         use crate::primitives::Ordering::SeqCst;
-        self.model_wait(|| (word.load(SeqCst) >> 32) as u32 == expected, deadline)
+        self.model_wait(|| word.load(SeqCst) as u32 == expected, deadline)
     }
 
     #[cfg(loom)]
@@ -236,7 +234,7 @@ impl Parking {
     }
 
     #[cfg(loom)]
-    pub(crate) fn wake64_high(&self, _word: &crate::primitives::AtomicU64, _n: u32) -> usize {
+    pub(crate) fn wake64_low(&self, _word: &crate::primitives::AtomicU64, _n: u32) -> usize {
         drop(self.lock.lock().unwrap());
         self.cv.notify_all();
         1

@@ -87,7 +87,7 @@ impl Count for SpEventCount {
 
 /// Waiter `i`: 0 and 1 wait without deadline, 2 and 3 with 10 s deadlines, 4 with short ones.
 fn waiter(ec: &impl Count, i: usize, seen: &AtomicU64, stop: &AtomicBool, tally: &Tally) {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (i as u64 + 1) * 0x1234_5678_9abc_def1);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ ((i as u64 + 1) * 0x1234_5678_9abc_def1));
     loop {
         // Version first, then the stop flag: the final signal comes after `stop`, so a waiter
         // that reads the final version also sees `stop`, and one that reads an earlier version

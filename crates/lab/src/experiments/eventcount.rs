@@ -465,7 +465,7 @@ impl Experiment for EventCountExperiment {
                 400,
                 Budget {
                     min_trials: 12,
-                    max_trials: 60,
+                    max_trials: 150,
                     max_time: Duration::from_secs(45),
                 },
             ),
