@@ -20,7 +20,7 @@
 //! A `Woken` result may be spurious (a stale wake aimed at an earlier use of the same word):
 //! callers always re-check their condition, as every loop in this crate does.
 //!
-//! Under `--cfg loom` the internal [`Parking`] type replaces the kernel with a loom mutex and
+//! Under `--cfg loom` the internal `Parking` type replaces the kernel with a loom mutex and
 //! condition variable that reproduce the compare-and-block semantics, so loom can find lost
 //! wake-ups as deadlocks.
 

@@ -19,41 +19,43 @@
 //!
 //! # Which lock when
 //!
-//! Figures from one run of `spindle lab locks` (quick profile) on a 2-vCPU KVM guest (AMD EPYC,
-//! Zen 5, Linux 6.18, HZ 250, TSC 2.6 GHz): T threads each loop 16 × 16384 times over `lock;
-//! unlock` (no work inside), unpinned; "idle" is the time from an unlock to the next
-//! acquisition. 45 runs per lock at T = 8, 10 at T = 2. Your machine will differ: run the lab.
+//! Figures from one run of `spindle lab` (quick profile, 2026-11-21) on a 2-vCPU KVM guest
+//! (AMD EPYC, Zen 5, Linux 6.18, HZ 250, TSC 2.6 GHz): T threads each loop 16 × 16384 times
+//! over `lock; unlock` (no work inside), unpinned; "idle" is the time from an unlock to the
+//! next acquisition. 43 runs per lock at T = 8, 10 at T = 2. Your machine will differ: run the
+//! lab.
 //!
-//! | lock (T = 8 on 2 CPUs) | median run | four longest waits | four longest idle times |
+//! | lock (T = 8 on 2 CPUs) | average run | four longest waits | four longest idle times |
 //! |---|---|---|---|
-//! | [`Mutex`] (Spindle) | 60.7 ms | 40.0, 39.6, 39.1, 39.0 ms | 100, 98, 95, 88 µs |
-//! | `std::sync::Mutex` | 60.6 ms | 39.6, 38.4, 36.0, 36.0 ms | 161, 142, 124, 102 µs |
-//! | `parking_lot::Mutex` | 60.7 ms | 48.0, 47.1, 45.9, 45.1 ms | 400, 203, 137, 96 µs |
-//! | [`FutexMutex`] | 60.6 ms | 43.6, 40.0, 39.0, 38.7 ms | 2.45 ms, 996, 89, 88 µs |
-//! | [`SpinLock`] | 60.8 ms | 53.5, 51.7, 51.6, 51.6 ms | 468, 311, 113, 105 µs |
-//! | [`TtasLock`] | 200 ms | 257, 244, 237, 229 ms | 60, 56, 56, 56 ms |
-//! | [`TasLock`] | 209 ms | 252, 252, 234, 229 ms | 56, 56, 56, 56 ms |
-//! | [`TicketLock`] | ≥ 500 ms (every run hit the 500 ms cap) | 8.1, 4.1, 4.1, 4.1 ms | 939, 821, 804, 256 µs |
+//! | [`Mutex`] (Spindle) | 64.1 ms | 44.0, 43.5, 40.2, 40.1 ms | 226, 180, 167, 137 µs |
+//! | `std::sync::Mutex` | 64.0 ms | 52.0, 47.9, 40.0, 40.0 ms | 278, 244, 175, 162 µs |
+//! | `parking_lot::Mutex` | 63.9 ms | 52.0, 51.0, 48.0, 47.9 ms | 162, 157, 144, 133 µs |
+//! | [`FutexMutex`] | 63.8 ms | 48.0, 48.0, 48.0, 47.9 ms | 387, 172, 157, 148 µs |
+//! | [`SpinLock`] | 63.9 ms | 56.7, 55.9, 55.9, 53.7 ms | 260, 233, 177, 164 µs |
+//! | [`TtasLock`] | 221 ms | 271, 254, 250, 238 ms | 56.0 ms × 4 |
+//! | [`TasLock`] | 209 ms | 276, 262, 248, 240 ms | 56.0 ms × 4 |
+//! | [`TicketLock`] | ≥ 500 ms (every run hit the 500 ms cap) | 16.1, 8.1, 8.1, 8.1 ms | 4.02 ms, 556, 526, 525 µs |
 //!
-//! - **Default: [`Mutex`].** Under 4× oversubscription it matched every sane lock's run time
-//!   (all of Spindle, std, parking_lot, FutexMutex and SpinLock were within 0.5% of each
-//!   other: the run is bound by the cache line moving between the two CPUs, not by the lock),
-//!   and its four longest idle times were the shortest of the eight locks in this run. It is
-//!   not *proven* better than std there: the lab's claims "run ≤ 1.0 × SpinLock's" and
-//!   "longest idle ≤ 1.0 × std's" were both *undecided* (the per-run ratios are 1.00 and 1.15
-//!   at the median, each on the good side in 20 of 45 trials). Choose it over std when you
-//!   want `lock_api` guards, a `const` constructor and an unlock that makes no system call while
-//!   a woken thread is already on its way.
+//! - **Default: [`Mutex`].** Under 4× oversubscription every sane lock (Spindle, std,
+//!   parking_lot, FutexMutex, SpinLock) takes the same time per run, within 0.5%: with no work
+//!   inside, the run is bound by handing the lock from thread to thread, whichever lock it is.
+//!   Spindle's longest waits were the shortest of the eight here; its longest idle times were
+//!   between parking_lot's and std's. It is not *proven* better than std: the lab's claims
+//!   "run ≤ 1.0 × SpinLock's" and "longest idle ≤ 1.0 × std's" were both *undecided* (median
+//!   per-run ratios 1.001 and 1.03, each on the good side in 21 of 43 trials; with equal locks
+//!   these claims are coin flips, and the lab says so instead of rounding). Choose it over std
+//!   when you want `lock_api` guards, a `const` constructor and an unlock that makes no system
+//!   call while a woken thread is already on its way.
 //! - **[`FutexMutex`]** is the textbook three-state mutex, kept as a reference for what std
-//!   does; it ran as fast, with one 2.45 ms idle outlier in this run.
+//!   does; it ran as fast.
 //! - **[`SpinLock`]** only when threads never outnumber CPUs and critical sections are a few
-//!   instructions: at T = 8 its waits were the longest of the sane locks (up to 53.5 ms), and
-//!   its idle times up to 468 µs. Its `sched_yield` is what keeps it usable at all: the same
-//!   spinlock without the yield ([`TtasLock`]) and the terrible one ([`TasLock`]) took 3.3–3.4×
-//!   longer and left the lock idle for 56–60 ms (whole scheduler slices).
+//!   instructions: at T = 8 its waits were the longest of the sane locks (up to 56.7 ms). Its
+//!   `sched_yield` is what keeps it usable at all: the same spinlock without the yield
+//!   ([`TtasLock`]) and the terrible one ([`TasLock`]) took 3.3–3.5× longer and left the lock
+//!   idle for 56 ms at a time (whole scheduler slices).
 //! - **[`TicketLock`]**: never under oversubscription. FIFO hand-off waits for the next
-//!   ticket's thread to be scheduled: every run at T = 8 hit the 500 ms cap (over 8× the
-//!   others), and even at T = 2 half of them did.
+//!   ticket's thread to be scheduled: every run at T = 8 hit the 500 ms cap (over 7.8× the
+//!   others), and even at T = 2, 6 of 10 did.
 //! - [`TtasLock`] and [`TasLock`] exist for the lab's comparison only.
 
 mod futex_mutex;
