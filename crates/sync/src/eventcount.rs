@@ -526,6 +526,28 @@ impl std::fmt::Debug for SpEventCount {
 
 /// The one producer of an [`SpEventCount`]: not `Clone`, not `Sync` (it may move to another
 /// thread, which then becomes the producer).
+///
+/// Sharing it between threads does not compile:
+/// ```compile_fail
+/// fn shared<T: Sync>(_: &T) {}
+/// let ec = spindle_sync::SpEventCount::new();
+/// shared(&ec.producer().unwrap());
+/// ```
+/// nor does cloning it:
+/// ```compile_fail
+/// let ec = spindle_sync::SpEventCount::new();
+/// let p = ec.producer().unwrap();
+/// let q = p.clone();
+/// ```
+/// while moving it to another thread does:
+/// ```
+/// let ec = spindle_sync::SpEventCount::new();
+/// let mut p = ec.producer().unwrap();
+/// std::thread::scope(|s| {
+///     s.spawn(move || p.increment());
+/// });
+/// assert_eq!(ec.value(), 1);
+/// ```
 pub struct SpProducer<'a> {
     ec: &'a SpEventCount,
     /// `Cell<()>` is `Send` but not `Sync`.
