@@ -587,7 +587,7 @@ impl Experiment for EventCountExperiment {
                 let id: &'static str = Box::leak(format!("{prefix}-{short}").into_boxed_str());
                 variants.push(Variant {
                     id,
-                    label: kind.label().to_string(),
+                    label: format!("{prefix}: {}", kind.label()),
                     threads: 2,
                     run: Box::new(move || wake_latency(kind, asleep, wakes, pin, ticks_per_ns)),
                 });
@@ -601,7 +601,7 @@ impl Experiment for EventCountExperiment {
             let id: &'static str = Box::leak(format!("handoff-{short}").into_boxed_str());
             variants.push(Variant {
                 id,
-                label: kind.label().to_string(),
+                label: format!("hand-off: {}", kind.label()),
                 threads: 2,
                 run: Box::new(move || hand_off(kind, round_trips, pin)),
             });
