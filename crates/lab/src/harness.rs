@@ -235,6 +235,26 @@ impl Trials {
             .unwrap_or_else(|| panic!("no variant {id}"))
     }
 
+    /// The report figure every experiment shows: each claim's per-trial ratios against its
+    /// bound, with the verdict.
+    pub fn claims_figure(&self) -> crate::report::Figure {
+        crate::report::Figure::Strips {
+            title: "Claims: every trial's ratio against the claimed bound (black line)".into(),
+            axis: "ratio (log scale)".into(),
+            log: true,
+            strips: self
+                .claims
+                .iter()
+                .map(|c| crate::report::Strip {
+                    label: format!("{} ({} / {})", c.id, c.numerator, c.denominator),
+                    values: self.ratios(c.numerator, c.denominator),
+                    bound: c.bound,
+                    verdict: c.verdict.as_str().into(),
+                })
+                .collect(),
+        }
+    }
+
     /// Per-trial ratios of two variants.
     pub fn ratios(&self, numerator: &str, denominator: &str) -> Vec<f64> {
         let (n, d) = (self.index(numerator), self.index(denominator));

@@ -85,12 +85,11 @@
 //! that set it finds its flag cleared and sets it again). Waiters still flip the flag with a
 //! `lock cmpxchg`.
 //!
-//! Why not the seed's non-`lock`ed `xadd`, which returns the old value: on the Zen 5 machine the
-//! lab ran on, `xadd m64, r64` costs about 2.1 ns (≈ 5.5 cycles) per signal, eight times a
-//! plain load-add-store, while `add` plus the re-load of the flag byte costs the same 0.27 ns
-//! as the plain increment (the re-load is forwarded from the add's own store and sits on no
-//! dependency chain; a standalone microbenchmark, 2^26 iterations, and the lab's `eventcount`
-//! experiment both show it). The seed's other option, `inc` with the flag in the sign bit
+//! Why not the seed's non-`lock`ed `xadd`, which returns the old value: in one quick run of the
+//! lab's `eventcount` experiment on a Zen 5 VM, an unlocked `xadd` plus flag test cost 2.12 ns
+//! per signal, 8 × a plain volatile increment (0.26 ns), while this `add` plus the re-load of
+//! the flag byte cost 0.32 ns, 1.2 × (the re-load is forwarded from the add's own store and
+//! sits on no dependency chain). The seed's other option, `inc` with the flag in the sign bit
 //! read from the condition codes, forces the futex onto the half that holds the sign bit,
 //! which does not hold the version's low bits (see the invariants above). Why one instruction
 //! and not a load and a store: an interrupt cannot split an instruction, and interrupt entry
@@ -131,6 +130,7 @@
 //! `fetch_add` (the protocol above), which is correct everywhere.
 
 use std::cell::Cell;
+use std::convert::Infallible;
 use std::marker::PhantomData;
 use std::time::Duration;
 
@@ -138,7 +138,8 @@ use crate::futex::Parking;
 use crate::primitives::{spin_loop, AtomicBool, AtomicU64, Ordering::*};
 use crate::time::Deadline;
 
-/// Pause-loop iterations before a waiter flips the sleepers flag (~2–4 µs on current x86).
+/// Pause-loop iterations before a waiter flips the sleepers flag. What that takes depends on
+/// the CPU's `pause` latency; the lab's "waiter still spinning" figures show its effect.
 #[cfg(not(loom))]
 const SPIN_BEFORE_FLAG: u32 = 128;
 /// Pause-loop iterations between the flag flip and the futex wait.
@@ -218,6 +219,24 @@ impl Core {
     #[inline]
     fn value(&self) -> u64 {
         self.word.load(Acquire) >> 1
+    }
+
+    fn has_waiters(&self) -> bool {
+        self.word.load(Relaxed) & FLAG != 0
+    }
+
+    /// [`Core::wait`] without a predicate.
+    fn wait_for_change(
+        &self,
+        old: u64,
+        deadline: Option<Deadline>,
+        single_producer: bool,
+    ) -> Result<u64, TimedOut> {
+        match self.wait::<Infallible>(old, deadline, single_producer, &mut |_| None) {
+            Waited::Changed(v) => Ok(v),
+            Waited::TimedOut => Err(TimedOut),
+            Waited::Stopped(never) => match never {},
+        }
     }
 
     /// The slow part of a signal: the returned old word had the flag set.
@@ -386,17 +405,13 @@ impl EventCount {
 
     /// Whether a waiter has announced that it may sleep (the flag is set).
     pub fn has_waiters(&self) -> bool {
-        self.core.word.load(Relaxed) & FLAG != 0
+        self.core.has_waiters()
     }
 
     /// Wait until the version differs from `old` or `deadline` passes (`None`: no deadline).
     /// Returns the version seen. Returns at once if the version already differs.
     pub fn wait(&self, old: u64, deadline: Option<Deadline>) -> Result<u64, TimedOut> {
-        match self.core.wait::<()>(old, deadline, false, &mut |_| None) {
-            Waited::Changed(v) => Ok(v),
-            Waited::TimedOut => Err(TimedOut),
-            Waited::Stopped(()) => unreachable!("the predicate never stops"),
-        }
+        self.core.wait_for_change(old, deadline, false)
     }
 
     /// Wait like [`wait`](Self::wait), calling `pred` before each sleep: it may stop the wait
@@ -485,16 +500,12 @@ impl SpEventCount {
 
     /// Whether a waiter has announced that it may sleep.
     pub fn has_waiters(&self) -> bool {
-        self.core.word.load(Relaxed) & FLAG != 0
+        self.core.has_waiters()
     }
 
     /// Wait until the version differs from `old` or `deadline` passes (`None`: no deadline).
     pub fn wait(&self, old: u64, deadline: Option<Deadline>) -> Result<u64, TimedOut> {
-        match self.core.wait::<()>(old, deadline, true, &mut |_| None) {
-            Waited::Changed(v) => Ok(v),
-            Waited::TimedOut => Err(TimedOut),
-            Waited::Stopped(()) => unreachable!("the predicate never stops"),
-        }
+        self.core.wait_for_change(old, deadline, true)
     }
 
     /// Wait like [`wait`](Self::wait), calling `pred` before each sleep (including each timed

@@ -19,9 +19,7 @@ use super::{Experiment, ExperimentInfo};
 use crate::harness::{
     run_together, run_trials, Budget, Claim, Ctx, Measurement, Profile, Relation, Summary, Variant,
 };
-use crate::report::{
-    Bar, ExperimentResult, Figure, PairedRow, Param, Reference, Strip, VariantResult,
-};
+use crate::report::{Bar, ExperimentResult, Figure, PairedRow, Param, Reference, VariantResult};
 
 pub struct Contention;
 
@@ -415,21 +413,7 @@ impl Experiment for Contention {
                     })
                     .collect(),
             },
-            Figure::Strips {
-                title: "Claims: every trial's ratio against the claimed bound (black line)".into(),
-                axis: "ratio (log scale)".into(),
-                log: true,
-                strips: trials
-                    .claims
-                    .iter()
-                    .map(|c| Strip {
-                        label: format!("{} ({} / {})", c.id, c.numerator, c.denominator),
-                        values: trials.ratios(c.numerator, c.denominator),
-                        bound: c.bound,
-                        verdict: c.verdict.as_str().into(),
-                    })
-                    .collect(),
-            },
+            trials.claims_figure(),
         ];
 
         let mut notes = vec![

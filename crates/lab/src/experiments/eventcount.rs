@@ -33,7 +33,7 @@ use super::{Experiment, ExperimentInfo};
 use crate::harness::{
     run_together, run_trials, Budget, Claim, Ctx, Measurement, Profile, Relation, Summary, Variant,
 };
-use crate::report::{Bar, ExperimentResult, Figure, Param, Reference, Strip, VariantResult};
+use crate::report::{Bar, ExperimentResult, Figure, Param, Reference, VariantResult};
 use crate::sys::rdtsc;
 
 pub struct EventCountExperiment;
@@ -662,21 +662,7 @@ impl Experiment for EventCountExperiment {
                     .collect(),
             });
         }
-        figures.push(Figure::Strips {
-            title: "Claims: every trial's ratio against the claimed bound (black line)".into(),
-            axis: "ratio (log scale)".into(),
-            log: true,
-            strips: trials
-                .claims
-                .iter()
-                .map(|c| Strip {
-                    label: format!("{} ({} / {})", c.id, c.numerator, c.denominator),
-                    values: trials.ratios(c.numerator, c.denominator),
-                    bound: c.bound,
-                    verdict: c.verdict.as_str().into(),
-                })
-                .collect(),
-        });
+        figures.push(trials.claims_figure());
 
         let mut notes = vec![
             "Each variant's unit depends on its section (see the unit column); '× baseline' compares it with the \
@@ -696,8 +682,8 @@ impl Experiment for EventCountExperiment {
         }
         if ctx.machine.virtualised {
             notes.push(
-                "On a virtual machine an idle vCPU is descheduled by the hypervisor; waking a waiter whose vCPU \
-                 is idle includes the hypervisor's wake-up, which dominates the 'asleep' figures."
+                "On a virtual machine an idle vCPU is descheduled by the hypervisor, so waking a waiter whose vCPU \
+                 is idle includes the hypervisor's wake-up; the 'asleep' figures do not separate the two."
                     .into(),
             );
         }

@@ -27,7 +27,7 @@ use crate::harness::{
     run_together, run_trials, Budget, Claim, Ctx, Measurement, Profile, Relation, Summary, Trials,
     Variant,
 };
-use crate::report::{Bar, ExperimentResult, Figure, Param, Reference, Strip, VariantResult};
+use crate::report::{Bar, ExperimentResult, Figure, Param, Reference, VariantResult};
 use crate::sys::rdtsc;
 
 pub struct Locks;
@@ -572,23 +572,7 @@ impl Experiment for Locks {
                     .collect(),
             });
             if !l.trials.claims.is_empty() {
-                figures.push(Figure::Strips {
-                    title: "Claims: every trial's ratio against the claimed bound (black line)"
-                        .into(),
-                    axis: "ratio (log scale)".into(),
-                    log: true,
-                    strips: l
-                        .trials
-                        .claims
-                        .iter()
-                        .map(|c| Strip {
-                            label: format!("{} ({} / {})", c.id, c.numerator, c.denominator),
-                            values: l.trials.ratios(c.numerator, c.denominator),
-                            bound: c.bound,
-                            verdict: c.verdict.as_str().into(),
-                        })
-                        .collect(),
-                });
+                figures.push(l.trials.claims_figure());
             }
             claims_out.extend(l.trials.claims.iter().cloned());
         }
