@@ -58,6 +58,7 @@
 #![warn(missing_docs)]
 
 pub mod eventcount;
+pub mod fence;
 pub mod futex;
 pub mod lock;
 #[allow(unused_imports, dead_code)]

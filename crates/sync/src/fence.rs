@@ -1,0 +1,511 @@
+//! Asymmetric fences: a free [`light`] fence on the hot path, paid for by a process-wide
+//! [`heavy`] barrier on the cold path (seed 000, lines 180–455; folly's
+//! `asymmetricLightBarrier`/`asymmetricHeavyBarrier`).
+//!
+//! # The contract
+//!
+//! Take a hot thread `H` that runs `store A; light(); load B` and a cold thread `C` that runs
+//! `store B; heavy(); load A`. Then at least one of the loads sees the other thread's store —
+//! the store-buffering outcome "both loads miss" is forbidden, exactly as if both sides had
+//! used a `SeqCst` fence. More generally, when `heavy()` returns, every other thread of the
+//! process has executed a full memory barrier at some point between the call and the return:
+//! its stores before that point are visible to the caller, and its loads after that point see
+//! every store the caller made before the call.
+//!
+//! `light()` is only a compiler fence: x86-TSO keeps every other order (load→load,
+//! load→store, store→store), and the one it relaxes, store→load, is what `heavy()` repairs
+//! from the other side.
+//!
+//! # Methods, best first ([`heavy_method`] says which one `heavy()` uses)
+//!
+//! 1. Expedited membarrier ([`Method::MembarrierExpedited`]):
+//!    `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` (Linux ≥ 4.14; the process registers on first
+//!    use). The kernel sends an IPI to every CPU that is running a thread of this process; the
+//!    others went through a context switch, which is a full barrier.
+//! 2. The mprotect trick ([`Method::Mprotect`]): remove write permission from a private dirty page.
+//!    The kernel must shoot the stale TLB entry down on every CPU that may cache it — every CPU
+//!    running this process — by IPI, and an interrupt serialises the CPU that takes it. Works on
+//!    every x86-64 Linux, including kernels and sandboxes without `membarrier`; it is not
+//!    architecturally a barrier elsewhere (AArch64 broadcasts TLB invalidations).
+//! 3. Global membarrier ([`Method::MembarrierGlobal`]): `membarrier(MEMBARRIER_CMD_GLOBAL)` waits
+//!    for an RCU grace period: correct for every thread, but milliseconds per call.
+//!
+//! On targets other than Linux/x86-64 `light()` is compiled as a `SeqCst` fence, and
+//! [`Method::Fence`] (a `SeqCst` fence) is the last resort: a heavy-side-only fence could not
+//! repair a compiler-fence light side. On Linux/x86-64, if neither `membarrier` nor `mprotect`
+//! works (only a seccomp filter forbidding both does that), the process aborts with a message
+//! rather than run protocols whose barrier is missing.
+//! Under `--cfg loom` both fences are `SeqCst` fences ([`Method::Fence`]), so loom models of
+//! the protocols built on them check the interleavings they allow.
+//!
+//! # Coalescing
+//!
+//! A barrier costs one system call and an IPI per busy CPU (13–30 µs here). When several
+//! threads call `heavy()` at once they do not each need their own: a caller only needs *some*
+//! barrier that **started after** its own writes were globally visible. Words:
+//!
+//! - `state`: bit 0 = a barrier is in flight; bits 1.. = `started`, the number of barriers
+//!   begun so far.
+//! - `done`: the number of the last barrier that has completed (barriers run one at a time,
+//!   so `done` only grows, and barrier `n` completed means barriers `1..=n` did).
+//! - `finished`: an [`EventCount`] bumped after each completion.
+//!
+//! ```text
+//! heavy():
+//!     s0 = fetch_add(state, 0)         // an RMW: the latest value, and a full barrier
+//!     target = (s0 >> 1) + 1           // the first barrier that cannot have started before us
+//!     loop:
+//!         if done >= target: return    // someone ran barrier `target` (or a later one)
+//!         s = state
+//!         if s & 1 == 0 and CAS(state, s → s + 3):   // leader: started += 1, in flight
+//!             n = (s >> 1) + 1         // n >= target
+//!             issue the barrier
+//!             done = n; state &= !1; finished.increment(); return
+//!         else:
+//!             key = finished.value(); if done < target: finished.wait(key)
+//! ```
+//!
+//! **Why it suffices.** If the caller's RMW read `started = k`, barrier `k + 1` had not been
+//! begun: the leader that begins it does so with a CAS later in `state`'s modification order.
+//! Every write to `state` is an RMW, so that CAS reads from a release sequence headed by our
+//! RMW and synchronises with it: our earlier writes happen before the leader issues the
+//! barrier, whose IPIs therefore reach every CPU after our writes became visible (on x86 the
+//! `lock`ed RMW drained our store buffer) — the contract's second half. The first half holds
+//! because the barrier had completed (its leader stores `done ≥ target` with `Release` only
+//! after the system call returned) before our `Acquire` load observed it. The RMW is needed
+//! because a barrier issued by *another* thread does not order *our* store buffer before its
+//! IPIs (the caller's own `membarrier` would), and a plain load could read a stale `state`.
+//!
+//! **No lost wake-up.** A follower sleeps on `finished` only after reading its version and
+//! then re-checking `done`; the leader stores `done` before it increments `finished`, so a
+//! completion after the re-check changes the version the follower sleeps on
+//! ([`EventCount`]'s own guarantee). A follower that sees no leader becomes
+//! one, so some barrier with number ≥ `target` is always begun: the state's `started` field
+//! only grows, and each leader's `n` is at least every waiting caller's `target` when it began
+//! after them.
+//!
+//! **Linearisation.** `heavy()` takes effect at the start of the barrier it waited for.
+
+use std::sync::OnceLock;
+
+use crate::primitives::{AtomicU64, Ordering::*};
+use crate::EventCount;
+
+/// The hot side of an asymmetric fence: a compiler fence (on Linux/x86-64, when [`heavy`] has
+/// a process-wide barrier; a `SeqCst` fence otherwise). Pair it with [`heavy`] on the cold
+/// side.
+#[inline(always)]
+pub fn light() {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(loom)))]
+    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(loom))))]
+    crate::primitives::fence(SeqCst);
+}
+
+/// How a process-wide barrier is issued. See the [module documentation](self).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Method {
+    /// `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`: IPIs to the CPUs running this process.
+    MembarrierExpedited,
+    /// Write-protect a dirty private page: TLB shoot-down IPIs to the same CPUs.
+    Mprotect,
+    /// `membarrier(MEMBARRIER_CMD_GLOBAL)`: waits for an RCU grace period (milliseconds).
+    MembarrierGlobal,
+    /// A `SeqCst` fence; only a barrier when [`light`] is one too (loom, other targets).
+    Fence,
+}
+
+impl Method {
+    /// Short name used in reports (`membarrier-expedited`, `mprotect`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::MembarrierExpedited => "membarrier-expedited",
+            Method::Mprotect => "mprotect",
+            Method::MembarrierGlobal => "membarrier-global",
+            Method::Fence => "seqcst-fence",
+        }
+    }
+}
+
+/// Why [`barrier`] could not issue a barrier by the method asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unavailable {
+    /// The method that failed.
+    pub method: Method,
+    /// The `errno` the kernel returned (0 when the method does not exist on this target).
+    pub errno: i32,
+}
+
+impl std::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} barrier unavailable (errno {})",
+            self.method.name(),
+            self.errno
+        )
+    }
+}
+
+impl std::error::Error for Unavailable {}
+
+/// The method [`heavy`] uses in this process, chosen on first use: the first of
+/// membarrier-expedited, mprotect and membarrier-global that works.
+pub fn heavy_method() -> Method {
+    *HEAVY_METHOD.get_or_init(|| {
+        for m in [
+            Method::MembarrierExpedited,
+            Method::Mprotect,
+            Method::MembarrierGlobal,
+        ] {
+            if barrier(m).is_ok() {
+                return m;
+            }
+        }
+        no_barrier()
+    })
+}
+
+/// Nothing can issue a process-wide barrier. Where [`light`] is a `SeqCst` fence, a `SeqCst`
+/// fence on the heavy side is enough. On Linux/x86-64 `light()` is a compiler fence, and
+/// returning without a barrier would silently break every protocol built on the pair, so the
+/// process stops with a message instead (this needs a seccomp filter that forbids both
+/// `membarrier` and `mprotect`).
+fn no_barrier() -> Method {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(loom)))]
+    {
+        eprintln!(
+            "spindle-sync: no process-wide barrier is available (membarrier and mprotect both \
+             failed); asymmetric fences cannot be honoured, aborting"
+        );
+        std::process::abort();
+    }
+    #[allow(unreachable_code)]
+    Method::Fence
+}
+
+static HEAVY_METHOD: OnceLock<Method> = OnceLock::new();
+
+/// The cold side of an asymmetric fence; see the [module documentation](self). Concurrent
+/// callers share barriers.
+#[cfg(not(loom))]
+pub fn heavy() {
+    coalescer().heavy(heavy_method());
+}
+
+/// Under loom: a `SeqCst` fence, like [`light`] (loom cannot model IPIs).
+#[cfg(loom)]
+pub fn heavy() {
+    crate::primitives::fence(SeqCst);
+}
+
+/// One barrier by [`heavy_method`], not shared with concurrent callers (what `heavy` costs
+/// without coalescing; used by the lab).
+pub fn heavy_uncoalesced() {
+    issue(heavy_method());
+}
+
+/// Number of barriers `heavy()` has issued in this process, and number of `heavy()` calls:
+/// their ratio shows how much coalescing saved.
+#[cfg(not(loom))]
+pub fn heavy_counts() -> (u64, u64) {
+    let c = coalescer();
+    (c.state.load(Relaxed) >> 1, c.calls.load(Relaxed))
+}
+
+/// Issue one barrier by `method` (uncoalesced), or say why it is unavailable. The first
+/// `MembarrierExpedited` call registers the process.
+pub fn barrier(method: Method) -> Result<(), Unavailable> {
+    sys::barrier(method).map_err(|errno| Unavailable { method, errno })
+}
+
+/// Issue a barrier by a method already known to work. If it fails now (a seccomp filter
+/// installed later, a transient `ENOMEM`), fall back to the next method, and if nothing is
+/// left, wait and retry: returning without a barrier would break the contract.
+fn issue(method: Method) {
+    loop {
+        let mut m = Some(method);
+        while let Some(cur) = m {
+            if barrier(cur).is_ok() {
+                return;
+            }
+            m = match cur {
+                Method::MembarrierExpedited => Some(Method::Mprotect),
+                Method::Mprotect => Some(Method::MembarrierGlobal),
+                Method::MembarrierGlobal | Method::Fence => None,
+            };
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// The coalescing state (see the module documentation).
+pub(crate) struct Coalescer {
+    state: AtomicU64,
+    done: AtomicU64,
+    finished: EventCount,
+    calls: AtomicU64,
+}
+
+const IN_FLIGHT: u64 = 1;
+
+impl Coalescer {
+    pub(crate) fn new() -> Coalescer {
+        Coalescer {
+            state: AtomicU64::new(0),
+            done: AtomicU64::new(0),
+            finished: EventCount::new(),
+            calls: AtomicU64::new(0),
+        }
+    }
+
+    /// Wait for a barrier that started after this call; issue it if nobody else does.
+    #[cfg(not(loom))]
+    pub(crate) fn heavy(&self, method: Method) {
+        self.heavy_with(|| issue(method));
+    }
+
+    /// [`Coalescer::heavy`] with the barrier itself abstracted (loom models pass a recorder).
+    pub(crate) fn heavy_with(&self, issue: impl FnOnce()) {
+        self.calls.fetch_add(1, Relaxed);
+        // An RMW, not a load: it reads the latest `state`, and (being `lock`ed) it is the full
+        // barrier that makes our writes visible before any later leader's CAS.
+        let target = (self.state.fetch_add(0, SeqCst) >> 1) + 1;
+        let mut issue = Some(issue);
+        loop {
+            if self.done.load(Acquire) >= target {
+                return;
+            }
+            let s = self.state.load(SeqCst);
+            if s & IN_FLIGHT == 0
+                && self
+                    .state
+                    .compare_exchange(s, s + 2 + IN_FLIGHT, SeqCst, Relaxed)
+                    .is_ok()
+            {
+                let n = (s >> 1) + 1;
+                debug_assert!(n >= target);
+                (issue.take().expect("a caller leads at most once"))();
+                self.done.store(n, Release);
+                self.state.fetch_and(!IN_FLIGHT, Release);
+                self.finished.increment();
+                return;
+            }
+            let key = self.finished.value();
+            if self.done.load(Acquire) >= target {
+                return;
+            }
+            if self.state.load(SeqCst) & IN_FLIGHT == 0 {
+                continue; // the leader finished between our loads: try to lead
+            }
+            let _ = self.finished.wait(key, None);
+        }
+    }
+}
+
+#[cfg(not(loom))]
+fn coalescer() -> &'static Coalescer {
+    static C: OnceLock<Coalescer> = OnceLock::new();
+    C.get_or_init(Coalescer::new)
+}
+
+#[cfg(all(target_os = "linux", not(loom)))]
+mod sys {
+    use super::Method;
+    use rustix::mm::{mmap_anonymous, mprotect, MapFlags, MprotectFlags, ProtFlags};
+    use rustix::thread::{membarrier, MembarrierCommand};
+    use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering::*};
+    use std::sync::Mutex;
+
+    pub(super) fn barrier(method: Method) -> Result<(), i32> {
+        match method {
+            Method::MembarrierExpedited => expedited(),
+            Method::Mprotect => mprotect_ipi(),
+            Method::MembarrierGlobal => {
+                membarrier(MembarrierCommand::Global).map_err(|e| e.raw_os_error())
+            }
+            Method::Fence => {
+                std::sync::atomic::fence(SeqCst);
+                Ok(())
+            }
+        }
+    }
+
+    fn expedited() -> Result<(), i32> {
+        static REGISTERED: AtomicBool = AtomicBool::new(false);
+        if !REGISTERED.load(Acquire) {
+            membarrier(MembarrierCommand::RegisterPrivateExpedited)
+                .map_err(|e| e.raw_os_error())?;
+            REGISTERED.store(true, Release);
+        }
+        membarrier(MembarrierCommand::PrivateExpedited).map_err(|e| e.raw_os_error())
+    }
+
+    /// The page whose write permission we toggle, mapped on first use; the mutex serialises
+    /// the toggles (two interleaved toggles could leave the page read-only while another
+    /// caller writes it).
+    fn mprotect_ipi() -> Result<(), i32> {
+        static PAGE: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
+        static LOCK: Mutex<()> = Mutex::new(());
+        let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        let mut page = PAGE.load(Relaxed);
+        if page.is_null() {
+            // SAFETY: a fresh anonymous private mapping, never unmapped.
+            page = unsafe {
+                mmap_anonymous(
+                    std::ptr::null_mut(),
+                    4096,
+                    ProtFlags::READ | ProtFlags::WRITE,
+                    MapFlags::PRIVATE,
+                )
+            }
+            .map_err(|e| e.raw_os_error())? as *mut u8;
+            PAGE.store(page, Relaxed);
+        }
+        // SAFETY: `page` is our mapping; only this function changes its protection, under LOCK.
+        unsafe {
+            mprotect(
+                page.cast(),
+                4096,
+                MprotectFlags::READ | MprotectFlags::WRITE,
+            )
+            .map_err(|e| e.raw_os_error())?;
+            // Dirty the page so the PTE is present and writable: removing write permission
+            // then forces a TLB shoot-down on every CPU that may cache it.
+            std::ptr::write_volatile(page, std::ptr::read_volatile(page).wrapping_add(1));
+            mprotect(page.cast(), 4096, MprotectFlags::READ).map_err(|e| e.raw_os_error())
+        }
+    }
+}
+
+#[cfg(any(not(target_os = "linux"), loom))]
+mod sys {
+    use super::Method;
+    pub(super) fn barrier(method: Method) -> Result<(), i32> {
+        match method {
+            Method::Fence => {
+                crate::primitives::fence(super::SeqCst);
+                Ok(())
+            }
+            _ => Err(0),
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_method_either_works_or_says_why() {
+        for m in [
+            Method::MembarrierExpedited,
+            Method::Mprotect,
+            Method::MembarrierGlobal,
+            Method::Fence,
+        ] {
+            match barrier(m) {
+                Ok(()) => {}
+                Err(e) => {
+                    assert_eq!(e.method, m);
+                    assert!(e.to_string().contains(m.name()));
+                }
+            }
+        }
+        // mprotect works on every x86-64 Linux without a seccomp filter, so heavy() has a
+        // real barrier here.
+        assert_ne!(heavy_method(), Method::Fence);
+    }
+
+    #[test]
+    fn concurrent_heavy_calls_share_barriers_and_all_return() {
+        let c = Coalescer::new();
+        let issued = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    for _ in 0..200 {
+                        c.heavy_with(|| {
+                            issued.fetch_add(1, Relaxed);
+                            std::thread::sleep(std::time::Duration::from_micros(50));
+                        });
+                    }
+                });
+            }
+        });
+        let issued = issued.load(Relaxed);
+        // Every call returned; each was covered by a barrier, and at most one per call ran.
+        assert!((1..=8 * 200).contains(&issued), "issued {issued}");
+        assert_eq!(c.calls.load(Relaxed), 8 * 200);
+        assert_eq!(c.state.load(Relaxed) >> 1, issued);
+        assert_eq!(c.done.load(Relaxed), issued);
+    }
+}
+
+/// Loom model of the coalescing logic. Each caller stores its "write" (`w[i] = 1`, Relaxed)
+/// and calls `heavy_with`; the barrier is modelled by a recorder that, like a real barrier,
+/// observes every write that was globally visible when it started, and records which callers'
+/// writes it saw. When `heavy_with` returns to caller `i`, some barrier must have seen `w[i]`.
+/// Mutant checked by hand: with `target = state >> 1` (joining a barrier already in flight)
+/// the three-caller model fails.
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::atomic::AtomicBool;
+    use loom::sync::Arc;
+
+    struct Shared {
+        c: Coalescer,
+        w: Vec<AtomicU64>,
+        seen: Vec<AtomicBool>,
+    }
+
+    fn barrier_recorder(s: &Shared) {
+        for (w, seen) in s.w.iter().zip(&s.seen) {
+            if w.load(SeqCst) == 1 {
+                seen.store(true, Relaxed);
+            }
+        }
+    }
+
+    fn model(callers: usize, preemption_bound: usize) {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(preemption_bound);
+        b.check(move || {
+            let s = Arc::new(Shared {
+                c: Coalescer::new(),
+                w: (0..callers).map(|_| AtomicU64::new(0)).collect(),
+                seen: (0..callers).map(|_| AtomicBool::new(false)).collect(),
+            });
+            let handles: Vec<_> = (1..callers)
+                .map(|i| {
+                    let s = s.clone();
+                    loom::thread::spawn(move || caller(&s, i))
+                })
+                .collect();
+            caller(&s, 0);
+            for h in handles {
+                h.join().unwrap();
+            }
+        });
+    }
+
+    fn caller(s: &Shared, i: usize) {
+        s.w[i].store(1, Relaxed);
+        s.c.heavy_with(|| barrier_recorder(s));
+        assert!(
+            s.seen[i].load(Relaxed),
+            "caller {i} returned without a barrier that saw its write"
+        );
+    }
+
+    #[test]
+    fn two_callers() {
+        model(2, 3);
+    }
+
+    #[test]
+    fn three_callers() {
+        model(3, 2);
+    }
+}
