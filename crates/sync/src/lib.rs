@@ -61,6 +61,8 @@ pub mod eventcount;
 pub mod fence;
 pub mod futex;
 pub mod lock;
+#[cfg(not(loom))]
+pub mod prepaid;
 #[allow(unused_imports, dead_code)]
 mod primitives;
 pub mod time;
