@@ -3,6 +3,7 @@
 
 mod contention;
 mod eventcount;
+mod fences;
 mod locks;
 
 use crate::harness::Ctx;
@@ -29,6 +30,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(contention::Contention),
         Box::new(eventcount::EventCountExperiment),
         Box::new(locks::Locks),
+        Box::new(fences::Fences),
     ]
 }
 
@@ -37,10 +39,6 @@ pub const PLANNED: &[(&str, &str)] = &[
     (
         "affinity",
         "pinned vs unpinned message exchange between two threads (seed 004)",
-    ),
-    (
-        "fences",
-        "heavy barriers: membarrier, mprotect IPI, prepaid barriers (seed 000)",
     ),
     (
         "smr",
