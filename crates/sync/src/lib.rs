@@ -65,6 +65,7 @@ pub mod lock;
 pub mod prepaid;
 #[allow(unused_imports, dead_code)]
 mod primitives;
+pub mod smr;
 pub mod time;
 
 pub use eventcount::{EventCount, SpEventCount};

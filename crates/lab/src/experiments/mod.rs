@@ -5,6 +5,7 @@ mod contention;
 mod eventcount;
 mod fences;
 mod locks;
+mod smr;
 
 use crate::harness::Ctx;
 use crate::report::ExperimentResult;
@@ -31,6 +32,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(eventcount::EventCountExperiment),
         Box::new(locks::Locks),
         Box::new(fences::Fences),
+        Box::new(smr::Smr),
     ]
 }
 
@@ -39,10 +41,6 @@ pub const PLANNED: &[(&str, &str)] = &[
     (
         "affinity",
         "pinned vs unpinned message exchange between two threads (seed 004)",
-    ),
-    (
-        "smr",
-        "read-side cost of safe memory reclamation (seed 000)",
     ),
     ("rings", "single-writer rings vs peers (seed 004)"),
     ("itoa", "integer formatting (seed 000)"),
