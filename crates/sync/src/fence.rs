@@ -40,9 +40,14 @@
 //!
 //! # Coalescing
 //!
-//! A barrier costs one system call and an IPI per busy CPU (13–30 µs here). When several
-//! threads call `heavy()` at once they do not each need their own: a caller only needs *some*
-//! barrier that **started after** its own writes were globally visible. Words:
+//! A barrier costs a system call and an IPI to every CPU that runs another thread of the
+//! process (on the 2-vCPU development VM, `spindle lab fences`, 2026-11-21: 0.4 µs by
+//! expedited membarrier when no other thread runs, 10 µs when a busy thread of the process
+//! holds the other CPU; mprotect 1.9 and 23 µs). When several threads call `heavy()` at once
+//! they do not each need their own: a caller only needs *some* barrier that **started after**
+//! its own writes were globally visible. A caller that arrives while a barrier is in flight
+//! cannot use that one, so sharing happens when two or more callers arrive during the same
+//! barrier: with three or more CPUs running callers (on 2 CPUs the lab saw none). Words:
 //!
 //! - `state`: bit 0 = a barrier is in flight; bits 1.. = `started`, the number of barriers
 //!   begun so far.

@@ -130,7 +130,7 @@
 //! Coarse: idle time moves in 10 ms `USER_HZ` ticks, so a tickless idle CPU, which takes no
 //! interrupt, shows progress only every ~10 ms; a `nohz_full` CPU running one thread may
 //! show none, and waits on it hit their deadline and force `heavy()`. Each poll reads and
-//! parses two files (tens of µs) and the online list twice (see `procfs::Reader::read`).
+//! parses two files and reads the online list twice (see `procfs::Reader::read`).
 //!
 //! **[`Source::Heavy`]**: no cheap source. `wait` issues
 //! [`fence::heavy`](crate::fence::heavy) at once and returns [`Completion::Forced`];

@@ -466,9 +466,13 @@ impl Experiment for Fences {
             ),
         );
         notes.push(format!(
-            "Coalescing over the whole experiment: {} heavy() calls issued {} barriers.",
+            "Coalescing over the whole experiment: {} heavy() calls issued {} barriers. A caller that arrives while \
+             a barrier is in flight cannot use that one (it may have started before the caller's writes); it \
+             waits for the next, so callers share a barrier only when two or more arrive during the same one — \
+             which needs at least three CPUs running callers at once ({} here).",
             calls1 - calls0,
-            issued1 - issued0
+            issued1 - issued0,
+            cpus.len()
         ));
         notes.push(
             "Idle = this process's other threads are asleep, so IPI-based barriers have no other CPU to \

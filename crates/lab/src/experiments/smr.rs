@@ -676,7 +676,12 @@ impl Experiment for Smr {
                     .iter()
                     .filter(|v| section(v.id).0 == title)
                     .map(|v| Bar {
-                        label: v.label.clone(),
+                        // Workload labels start with "R readers + 1 writer: ", which the
+                        // table says once; the bars keep the scheme.
+                        label: v
+                            .label
+                            .split_once(" writer: ")
+                            .map_or(v.label.clone(), |(_, scheme)| scheme.to_string()),
                         value: v.value.median,
                         lo: v.value.median_lo,
                         hi: v.value.median_hi,

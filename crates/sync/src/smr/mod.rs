@@ -41,36 +41,39 @@
 //!
 //! # Figures
 //!
-//! Quick runs of `spindle lab smr` on the development VM (AMD EPYC Zen 5, 2 vCPUs, Linux 6.18,
-//! prepaid source eBPF), 2026-11-21, while two other engineers shared the machine: medians
-//! over 22–43 interleaved trials, indicative only. Run `cargo run --release -- lab smr` for
-//! your machine's.
+//! One quick run of `spindle lab` (2026-11-21) on the development VM (AMD EPYC Zen 5, 2 vCPUs,
+//! Linux 6.18, HZ 250; prepaid source eBPF): medians over 22 interleaved trials. Run
+//! `cargo run --release -- lab smr` for your machine's.
 //!
 //! | one thread: protect one pointer and let go | ns |
 //! |---|---:|
 //! | plain load of the shared pointer + store to a slot (floor) | 0.26 |
-//! | [`hazard::HazardPointer::protect`] + `reset` | 0.51–0.52 |
-//! | [`epoch::LocalHandle::pin`] + load + unpin | 0.78–0.95 |
-//! | [`epoch::pin`] (thread-local handle) + load + unpin | 0.95–1.08 |
-//! | crossbeam-epoch `pin` + load + drop (handle or thread-local) | 6.3–6.8 |
-//! | haphazard `protect_ptr` + `reset_protection` (an `mfence` each) | 6.7–6.9 |
-//! | seize `enter` + `protect` + drop | 6.6–6.8 |
+//! | [`hazard::HazardPointer::protect`] + `reset` | 0.52 |
+//! | [`epoch::LocalHandle::pin`] + load + unpin | 0.80 |
+//! | [`epoch::pin`] (thread-local handle) + load + unpin | 0.96 |
+//! | crossbeam-epoch `pin` + load + drop (handle / thread-local) | 6.40 / 6.66 |
+//! | haphazard `protect_ptr` + `reset_protection` (an `mfence` each) | 6.88 |
+//! | seize `enter` + `protect` + drop | 6.82 |
 //!
-//! The lab's claims "read side ≤ 1.5 × the floor" are **violated** (epoch ≈ 3 ×, hazard
-//! 2.0 ×: a publication and a withdrawal are two stores where the floor has one); "epoch pin
-//! ≥ 5 × cheaper than crossbeam-epoch's" **holds** (ratio 0.12–0.15).
+//! The lab's claims "read side ≤ 1.5 × the floor" are **violated** (epoch 3.1 ×, hazard
+//! 2.0 ×): the floor is one load and one store, 0.68 TSC ticks per iteration here, while a
+//! protected read needs a publication, a re-check and a withdrawal (two stores, two loads),
+//! and an epoch guard also keeps a nesting count (so guards may be dropped in any order) and
+//! checks whether it outlived its handle. "Epoch pin ≥ 5 × cheaper
+//! than crossbeam-epoch's" **holds** (median ratio 0.126).
 //!
-//! | 3 readers + 1 writer on 2 CPUs, 64 nodes | reader Mops/s | writer M/s | peak garbage (nodes) |
+//! | 3 readers + 1 writer on 2 CPUs, 64 nodes, 100 ms runs | reader Mops/s | writer k/s | peak garbage (nodes, median / max) |
 //! |---|---:|---:|---:|
-//! | Spindle epoch (heavy or prepaid advances) | 430–450 | 2.4–2.8 | ~10^5 |
-//! | Spindle hazard pointers | 460–470 | 2.2 | 69 |
-//! | crossbeam-epoch | 100 | 3.2 | ~1.5·10^5 |
-//! | haphazard | 107–111 | 2.1 | 1000 |
-//! | seize | 92–98 | 4.3–4.5 | ~8·10^4 |
+//! | Spindle epoch, advances pay `heavy()` | 447 | 2 986 | 171 712 / 195 712 |
+//! | Spindle epoch, advances wait for prepaid tickets | 451 | 3 029 | 166 464 / 199 424 |
+//! | Spindle hazard pointers | 458 | 2 693 | 69 / 69 |
+//! | crossbeam-epoch | 100 | 3 504 | 144 202 / 223 168 |
+//! | haphazard | 107 | 2 102 | 1 000 / 1 000 |
+//! | seize | 98 | 4 679 | 83 616 / 164 992 |
 //!
-//! Readers are 4–5 × faster than with any peer. Epoch garbage is large on an oversubscribed
+//! Readers are 4.5 × faster than with any peer. Epoch garbage is large on an oversubscribed
 //! machine for every epoch-like scheme (a reader preempted while pinned stops advances until it
-//! runs again, see [`epoch`]); hazard pointers keep it at the bound.
+//! runs again, see [`epoch`]); hazard pointers keep it at their bound.
 
 pub mod epoch;
 pub mod hazard;
