@@ -36,18 +36,29 @@
 //!   clock is read, SDM vol. 2 on `RDTSC`) and followed by `lfence` (no later load of the
 //!   caller is performed before the clock was read).
 //! - Per CPU `c`, a **barrier-after time** `B[c]`: evidence that `c` executed a barrier,
-//!   was idle, or was offline at some moment after `B[c]`. Only grows.
+//!   was idle, or was offline at some moment after `B[c]`. Each value read is evidence by
+//!   itself; it need not grow: the eBPF stamp can go back when program runs nest (an outer
+//!   run reads the clock, an inner one stores a newer stamp, the outer one stores its older
+//!   one), which is harmless, since the older stamp is still the stamp of a barrier that
+//!   executed after its clock read. (The `/proc` and offline times only grow.)
 //! - `forced`: the latest clock value read just before a
-//!   [`fence::heavy`](crate::fence::heavy) that a forced wait issued (a barrier on every CPU
-//!   after it).
+//!   [`fence::heavy`](crate::fence::heavy) that a forced wait issued, minus one: the barrier
+//!   on every CPU came after every ticket strictly before that clock read.
+//! - `completed`: the largest ticket a check found complete.
 //! - `progress`: an [`EventCount`] bumped whenever the background thread sees the horizon
 //!   `min_c B[c]` advance, and after every forced barrier.
 //! - `waiters` (pending waits) and `demand` (an [`EventCount`] the background thread sleeps on
 //!   when nobody waits).
 //!
-//! **Completion rule.** Ticket `t` is complete iff `forced ≥ t`, or for every possible CPU `c`
-//! one of: `c` is idle (eBPF flag read after the ticket), `B[c] ≥ t` (for an eBPF stamp:
-//! `last_event_ns[c] > t + SLACK`), or (eBPF) `c` is the CPU the check itself runs on.
+//! **Completion rule.** Ticket `t` is complete iff `completed ≥ t`, or `forced ≥ t`, or for
+//! every possible CPU `c` one of: `c` is idle (eBPF flag read after the ticket), `B[c] ≥ t`
+//! (for an eBPF stamp: `last_event_ns[c] > t + SLACK`), or (eBPF) `c` is the CPU the check
+//! itself runs on. A check that succeeds raises `completed` to `t` (`fetch_max`). Completion
+//! is a fact about the past — every CPU executed a barrier after `t` — so it stays true, and
+//! it covers every earlier ticket (a barrier after `t` is after `t' ≤ t`); what a check reads
+//! may not stay so (after a migration the checker's own CPU is another one; an idle flag gets
+//! cleared), and without `completed` a second check of the same ticket could return
+//! `false`. It also makes repeated checks one load.
 //!
 //! **Clock assumption.** Times read by different threads are compared, so the argument
 //! assumes `CLOCK_MONOTONIC` is one clock across CPUs: a read that returns more than another
@@ -60,6 +71,17 @@
 //! in `timekeeping_update`, so they agree to nanoseconds. `SLACK` ([`CLOCK_SLACK_NS`], 1 µs)
 //! is a margin on that one comparison; it costs at most a microsecond of latency.
 //!
+//! They do not agree inside a *time namespace* (`unshare --time`, CRIU): the vDSO adds the
+//! namespace's monotonic offset, `bpf_ktime_get_ns` does not, and with a negative offset
+//! every stamp would look later than every ticket. Loading the eBPF source therefore reads
+//! `/proc/self/timens_offsets` (no file: a kernel without time namespaces, offset 0) and
+//! refuses a non-zero monotonic offset, and after attaching it checks the clocks: it sleeps
+//! ~2 ms (context switches and ticks stamp the map), reads every stamp, then the clock, and
+//! refuses the source if a stamp exceeds that reading by more than `SLACK`. Either way
+//! [`global`](PrepaidBarrier::global) falls back to `/proc`, whose times are all vDSO reads.
+//! (A process that enters a time namespace after loading, by `setns` while single-threaded,
+//! is not detected.)
+//!
 //! # Sources, best first
 //!
 //! **[`Source::Ebpf`]** (root, or `CAP_BPF` + `CAP_PERFMON`; Linux ≥ 5.12 for the atomic
@@ -67,8 +89,9 @@
 //! APIC timer, hrtimer expiry, device interrupts, reschedule and function-call IPIs;
 //! `cpu_idle`) stamp each CPU's entry of an mmapped array: `last_event_ns` and an `idle` flag
 //! (layout and listings in the `bpf` submodule). `B[c] = last_event_ns[c] − SLACK − 1`; an
-//! idle flag read after the ticket completes `c` outright; a CPU missing from
-//! `/sys/devices/system/cpu/online` in a read that began at `s` has `B[c] ≥ s`.
+//! idle flag read after the ticket completes `c` outright; a CPU missing from both
+//! `/sys/devices/system/cpu/online` and the header line of `/proc/interrupts`, read after a
+//! clock read `s`, has `B[c] ≥ s` (see *Offline CPUs*).
 //! [`is_complete`](PrepaidBarrier::is_complete) reads the mapping: no system call.
 //!
 //! *Why a stamp newer than the ticket is a barrier on that CPU.* The program stores the stamp
@@ -106,17 +129,24 @@
 //! tick or for its own sleep to stamp it. (The poller applies the same rule to its CPU.)
 //!
 //! *Offline CPUs* run nothing; one that comes back online runs its bring-up and a context
-//! switch before any user code. The background thread re-reads the mask while it polls, with
-//! the clock read *before* the file: at every poll while some possible CPU is offline (the
-//! mask is then what completes tickets), otherwise every 100 ms.
+//! switch before any user code. The online mask alone is not trusted: LXCFS can virtualise
+//! `/sys/devices/system/cpu/online` (a container may see `0-1` on a 16-CPU host, whose CPUs
+//! 2–15 run its threads). A CPU counts as offline only if it is also missing from the header
+//! of `/proc/interrupts` (the CPUs the kernel's online mask held when it generated the file;
+//! LXCFS leaves it alone), read in the same refresh, with the clock read *before* both
+//! files. If `/proc/interrupts` is unreadable, no CPU counts as offline: waits then complete
+//! by stamps, or are forced at their deadline. The background thread repeats this refresh
+//! while it polls: at every poll while some possible CPU counts as offline (the rule is then
+//! what completes tickets), otherwise every 100 ms.
 //!
 //! **[`Source::Proc`]** (any user). The background thread polls `/proc/interrupts` (the sum of
 //! each CPU's column over the rows that count interrupts taken by that CPU: device IRQs,
 //! `LOC` (local timer), `RES`, `CAL`, `TLB`, `NMI`, …) and `/proc/stat` (idle + iowait per
 //! CPU), every millisecond *while waits are pending*. For snapshot `k`, begun at `s_k` (clock
-//! read before the files are read): a CPU whose interrupt total or idle time grew since
-//! snapshot `k−1` took an interrupt, or was idle, after `s_{k−1}`, so `B[c] = s_{k−1}`; a
-//! CPU missing from the header was offline after `s_k`. An interrupt counter is incremented
+//! read before the files are read, for the first snapshot too): a CPU whose interrupt total
+//! or idle time grew since snapshot `k−1` took an interrupt, or was idle, after `s_{k−1}`, so
+//! `B[c] = s_{k−1}`; a CPU missing from the header was offline after `s_k`. An interrupt
+//! counter is incremented
 //! inside the handler, which returns with `iret`; `iret` is serialising, so it completes only
 //! once the increment is globally visible — which it was not when snapshot `k−1` was read,
 //! after `s_{k−1}` — and everything the CPU runs afterwards runs after that; its earlier
@@ -143,8 +173,11 @@
 //! |---|---|
 //! | not root / no `CAP_BPF` (`EPERM`) | Proc |
 //! | kernel without eBPF, atomics, mmapable arrays, or a required tracepoint | Proc |
+//! | time namespace with a monotonic offset; `/proc/self/timens_offsets` unreadable; stamps ahead of the clock at load | Proc |
 //! | `/proc` unreadable (sandbox) or unparsable | Heavy |
-//! | CPU hot-plug | offline CPUs complete by the mask rule (eBPF) or by missing from `/proc/interrupts` (Proc); a CPU that comes online gates completion until it shows an event; a `/proc` read that straddles a hot-plug is discarded |
+//! | CPU hot-plug | offline CPUs complete by the mask rule (eBPF: missing from the online list *and* the `/proc/interrupts` header) or by missing from `/proc/interrupts` (Proc); a CPU that comes online gates completion until it shows an event; a `/proc` read that straddles a hot-plug is discarded |
+//! | online list virtualised (LXCFS) | eBPF: CPUs listed in `/proc/interrupts` never count as offline, so nothing changes; `/proc/interrupts` unreadable: the offline rule is off (stamps, or forced at the deadline) |
+//! | `/proc/stat` virtualised (LXCFS renumbers its `cpuN` lines to the container's cpuset) | **known gap**: the Proc source would credit one CPU's idle time to another. Where the online list is virtualised too, Proc's hot-plug check fails every read and `global()` ends on Heavy (safe); where only `/proc/stat` is, use eBPF or Heavy (`with_source`) — LXCFS is not detected |
 //! | a CPU that takes no interrupt (`nohz_full`), a stuck poller, a thread that cannot be spawned | the wait reaches its deadline and issues `fence::heavy()`: latency, never a hang |
 //!
 //! # Waiting and why no wake-up is lost
@@ -161,8 +194,8 @@
 //!         if deadline passed: return force(t)
 //!         progress.wait(key, min(deadline, now + NAP))
 //!     (waiters -= 1 on every exit)
-//! force(t): h = now (≥ t); fence::heavy(); forced = max(forced, h); progress.increment();
-//!           return Forced
+//! force(t): h = now (re-read until > t); fence::heavy(); forced = max(forced, h − 1);
+//!           progress.increment(); return Forced
 //! ```
 //!
 //! The version `key` is read *before* the re-check. Whoever makes `t` complete afterwards —
@@ -187,9 +220,9 @@
 //!
 //! Callers that poll [`is_complete`](PrepaidBarrier::is_complete) instead of waiting (a
 //! reclaimer checking its ticket at each collection) need the poller too for `/proc`, whose
-//! state only the poller updates, and for eBPF when a CPU is offline (the mask re-read). An
-//! `is_complete` that returns `false` there sets `interest_until = now + 50 ms` (at most
-//! once per 10 ms) and keeps the poller polling until then.
+//! state only the poller updates, and for eBPF when a CPU counts as offline (the offline
+//! refresh). An `is_complete` that returns `false` there sets `interest_until = now + 50 ms`
+//! (at most once per 10 ms) and keeps the poller polling until then.
 //!
 //! `Completion::Prepaid` is returned when `is_complete(t)` held on the waiting thread; that
 //! includes a ticket covered by another wait's forced barrier. `Forced` means this call
@@ -228,7 +261,8 @@ const NAP_NO_POLLER: Duration = Duration::from_millis(1);
 const EBPF_POLL: Duration = Duration::from_micros(500);
 /// Poll period of `/proc` while waits are pending.
 const PROC_POLL: Duration = Duration::from_millis(1);
-/// Minimum period between re-reads of the online-CPU mask.
+/// Minimum period between refreshes of the offline CPUs (online mask and the
+/// `/proc/interrupts` header).
 const ONLINE_REFRESH_NS: u64 = 100_000_000;
 /// How long the poller keeps polling after an `is_complete` that returned `false`.
 const INTEREST_NS: u64 = 50_000_000;
@@ -371,11 +405,15 @@ struct Inner {
     backend: Backend,
     /// Possible CPUs `0..cpus`.
     cpus: usize,
-    /// eBPF: per CPU, the latest start time of an online-mask read that showed it offline.
+    /// eBPF: per CPU, the latest start time of a refresh that showed it offline (missing
+    /// from the online mask and the `/proc/interrupts` header).
     offline_since: Vec<AtomicU64>,
     /// Proc: the published horizon. eBPF: the poller's last horizon (to decide bumps).
     horizon: AtomicU64,
     forced: AtomicU64,
+    /// The largest ticket a check found complete (completion is permanent and covers every
+    /// earlier ticket; see `Inner::is_complete`).
+    completed: AtomicU64,
     progress: EventCount,
     demand: EventCount,
     waiters: AtomicU64,
@@ -383,7 +421,7 @@ struct Inner {
     shutdown: AtomicBool,
     /// The poller keeps polling until this time (ns) for callers of `is_complete`.
     interest_until: AtomicU64,
-    /// eBPF: the last online-mask read showed a possible CPU offline.
+    /// eBPF: the last refresh showed a possible CPU offline.
     some_offline: AtomicBool,
     /// What was tried before this source (for `global()`), and source details.
     notes: String,
@@ -471,13 +509,16 @@ impl PrepaidBarrier {
                 (Backend::Ebpf(loaded), cpus)
             }
             Source::Proc => {
+                // The first snapshot's start time is read before `open` reads the files: an
+                // interrupt counted in them must not be credited as "after s0".
+                let s0 = ordered_now();
                 let reader = procfs::Reader::open()?;
                 let cpus = possible_cpus()
                     .unwrap_or(reader.snap.in_interrupts.len())
                     .max(reader.snap.in_interrupts.len());
                 notes.push_str(&format!("proc: {cpus} CPUs"));
                 let mut tracker = procfs::Tracker::new(cpus);
-                tracker.update(ordered_now(), &reader.snap);
+                tracker.update(s0, &reader.snap);
                 (
                     Backend::Proc(Mutex::new(ProcPoller { reader, tracker })),
                     cpus,
@@ -490,7 +531,7 @@ impl PrepaidBarrier {
         };
         let inner = Inner::new(source, backend, cpus, notes);
         if source == Source::Ebpf {
-            inner.refresh_online();
+            inner.refresh_online(&mut procfs::InterruptsHeader::new());
         }
         Ok(PrepaidBarrier {
             inner: Arc::new(inner),
@@ -530,7 +571,8 @@ impl PrepaidBarrier {
     /// horizon the background thread published; for Heavy, whether a forced barrier covered
     /// `t`. The background thread polls while waits are pending and, for `/proc` (or eBPF
     /// with offline CPUs), for 50 ms after an `is_complete` that returned `false`, so
-    /// polling `is_complete` alone makes progress too.
+    /// polling `is_complete` alone makes progress too. Once it returned `true` for `t`, it
+    /// returns `true` for `t` and every earlier ticket, on every thread, with one load.
     pub fn is_complete(&self, t: Ticket) -> bool {
         let i = &self.inner;
         if i.is_complete(t.0) {
@@ -628,6 +670,7 @@ impl Inner {
             offline_since: (0..cpus).map(|_| AtomicU64::new(0)).collect(),
             horizon: AtomicU64::new(0),
             forced: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
             progress: EventCount::new(),
             demand: EventCount::new(),
             waiters: AtomicU64::new(0),
@@ -642,7 +685,28 @@ impl Inner {
         }
     }
 
+    /// Whether `t` is complete. Once a check succeeds for `t`, `completed ≥ t` answers every
+    /// later check of any ticket `≤ t` at once: completion is a fact about the past ("every
+    /// CPU executed a barrier after `t`"), so it cannot become false again — the state a
+    /// check reads can (the checker's own CPU after a migration, an idle flag cleared since),
+    /// which without this could make `is_complete` return `true` and then `false` — and a
+    /// barrier after `t` is after every `t' ≤ t` too. A thread that reads `completed`
+    /// (`Acquire`) after the successful checker's `fetch_max` (`Release`) sees what that
+    /// checker saw: the evidence's stores were globally visible before it (x86-TSO is
+    /// multi-copy atomic), and its own later loads come after the barriers, as above.
     fn is_complete(&self, t: u64) -> bool {
+        if self.completed.load(Acquire) >= t {
+            return true;
+        }
+        if self.check(t) {
+            self.completed.fetch_max(t, Release);
+            return true;
+        }
+        false
+    }
+
+    /// The completion rule itself (see the module documentation), read from the source.
+    fn check(&self, t: u64) -> bool {
         if self.forced.load(Acquire) >= t {
             return true;
         }
@@ -665,12 +729,21 @@ impl Inner {
         }
     }
 
-    /// Issue a heavy barrier that covers every ticket up to now, `t` included (`t` was read
-    /// before this call, so the clock returns at least `t`); publish it.
-    fn force(&self, _t: u64) -> Completion {
-        let h = ordered_now();
+    /// Issue a heavy barrier that covers every ticket strictly before `h`, the clock read
+    /// just before it, and publish `h − 1`. Not `h`: a ticket equal to `h` may have been read
+    /// by another thread later in real time than `h` (the same nanosecond), its writes not
+    /// yet visible when `heavy()` ran; a ticket `< h` was read earlier (the clock
+    /// assumption), its writes already visible. `h` is re-read until it exceeds `t` (the
+    /// caller read `t` before this call; the clock moves on within nanoseconds), so `t` is
+    /// covered.
+    fn force(&self, t: u64) -> Completion {
+        let mut h = ordered_now();
+        while h <= t {
+            core::hint::spin_loop();
+            h = ordered_now();
+        }
         crate::fence::heavy();
-        self.forced.fetch_max(h, Release);
+        self.forced.fetch_max(h - 1, Release);
         self.progress.increment();
         Completion::Forced
     }
@@ -691,20 +764,19 @@ impl Inner {
             .unwrap_or(u64::MAX)
     }
 
-    /// Read the online mask; record "offline after s" for CPUs missing from it.
-    fn refresh_online(&self) {
+    /// Read the online mask and the `/proc/interrupts` header (clock read before both);
+    /// record "offline after s" for CPUs missing from both (`procfs::offline_cpus`: the mask
+    /// alone may be virtualised). Without a readable header, no CPU is recorded.
+    fn refresh_online(&self, header: &mut procfs::InterruptsHeader) {
         let s = ordered_now();
         let Ok(online) = procfs::read_cpu_list(ONLINE_PATH) else {
             return;
         };
-        let mut some_offline = false;
-        for (c, slot) in self.offline_since.iter().enumerate() {
-            if !online.contains(&c) {
-                slot.fetch_max(s, Release);
-                some_offline = true;
-            }
+        let offline = procfs::offline_cpus(self.offline_since.len(), &online, header.read());
+        for &c in &offline {
+            self.offline_since[c].fetch_max(s, Release);
         }
-        self.some_offline.store(some_offline, Relaxed);
+        self.some_offline.store(!offline.is_empty(), Relaxed);
     }
 
     /// An `is_complete` caller found its ticket incomplete: keep the poller polling for
@@ -760,6 +832,7 @@ impl Inner {
             _ => PROC_POLL,
         };
         let mut last_online = ordered_now();
+        let mut header = procfs::InterruptsHeader::new();
         loop {
             if self.shutdown.load(SeqCst) {
                 return;
@@ -772,24 +845,25 @@ impl Inner {
                 let _ = self.demand.wait(key, None);
                 continue;
             }
-            self.poll_once(&mut last_online);
+            self.poll_once(&mut last_online, &mut header);
             let key = self.demand.value();
             let _ = self.demand.wait(key, Some(Deadline::after(period)));
         }
     }
 
-    fn poll_once(&self, last_online: &mut u64) {
+    fn poll_once(&self, last_online: &mut u64, header: &mut procfs::InterruptsHeader) {
         self.polls.fetch_add(1, Relaxed);
         let h = match &self.backend {
             Backend::Ebpf(map) => {
                 let r = ordered_now();
-                // With a possible CPU offline, the mask is all that completes it: re-read it
-                // at every poll (a few µs); otherwise every 100 ms, to notice unplugs.
+                // With a possible CPU offline, the offline rule is all that completes it:
+                // refresh it at every poll (two small reads); otherwise every 100 ms, to
+                // notice unplugs.
                 if self.some_offline.load(Relaxed)
                     || r.saturating_sub(*last_online) >= ONLINE_REFRESH_NS
                 {
                     *last_online = r;
-                    self.refresh_online();
+                    self.refresh_online(header);
                 }
                 self.ebpf_horizon(map, r)
             }

@@ -101,8 +101,82 @@ fn ebpf_is_complete_becomes_true_without_a_wait() {
         thread::sleep(Duration::from_micros(200));
     }
     println!("ebpf: complete after {checks} sleeps of 200 µs");
-    // Nothing forced it and no background poll ran.
-    assert_eq!(b.stats(), (0, 0, 0));
+    // Nothing forced it.
+    assert_eq!((b.stats().0, b.stats().1), (0, 0));
+    // And no background poll ran, unless some possible CPU is not online: an incomplete
+    // check then starts the poller to re-read the online mask (`note_interest`).
+    let list = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    let possible = list("/sys/devices/system/cpu/possible");
+    let online = list("/sys/devices/system/cpu/online");
+    if possible.is_some() && possible == online {
+        assert_eq!(b.stats().2, 0, "a background poll ran");
+    } else {
+        println!(
+            "not checking that no poll ran: possible CPUs {possible:?} vs online {online:?} \
+             ({} polls)",
+            b.stats().2
+        );
+    }
+}
+
+/// Inside a time namespace that shifts `CLOCK_MONOTONIC` (`unshare --time --monotonic=-5`),
+/// eBPF stamps and tickets are on different clocks: the eBPF source must be refused there,
+/// and `global()` must fall back. The test re-runs itself under `unshare`; skipped where eBPF
+/// does not load anyway or `unshare --time` is unavailable (not root, old kernel or tool).
+#[test]
+fn ebpf_is_refused_in_a_time_namespace() {
+    const CHILD: &str = "SPINDLE_PREPAID_TIMENS_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        let offsets = std::fs::read_to_string("/proc/self/timens_offsets").unwrap_or_default();
+        println!("child: timens_offsets {offsets:?}");
+        let e = PrepaidBarrier::with_source(Source::Ebpf)
+            .expect_err("eBPF loaded inside a time namespace with a monotonic offset");
+        assert_eq!(e.kind(), SourceErrorKind::NotSupported, "{e}");
+        assert!(e.to_string().contains("time namespace"), "{e}");
+        let g = PrepaidBarrier::global();
+        assert_ne!(g.source(), Source::Ebpf);
+        complete_tickets(g, 5, Duration::from_secs(5));
+        println!("refused in the time namespace: {e}; global: {}", g.source());
+        return;
+    }
+    if barrier(Source::Ebpf).is_none() {
+        return;
+    }
+    let unshare = |args: &[&str]| {
+        std::process::Command::new("unshare")
+            .args(["--time", "--monotonic=-5"])
+            .args(args)
+            .env(CHILD, "1")
+            .output()
+    };
+    match unshare(&["true"]) {
+        Ok(o) if o.status.success() => {}
+        other => {
+            println!("skipped: `unshare --time --monotonic=-5` unavailable: {other:?}");
+            return;
+        }
+    }
+    let exe = std::env::current_exe().expect("test binary path");
+    let out = unshare(&[
+        exe.to_str().expect("UTF-8 path"),
+        "ebpf_is_refused_in_a_time_namespace",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .expect("run the test under unshare");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    println!("{text}");
+    assert!(out.status.success(), "the child failed");
+    assert!(
+        text.contains("refused in the time namespace"),
+        "the child did not run the check"
+    );
 }
 
 #[test]
@@ -133,6 +207,36 @@ fn heavy_waits_are_forced_and_complete() {
         Completion::Forced
     );
     assert!(b.is_complete(t));
+    // ... and no ticket taken after it: the forced horizon is the clock read before the
+    // barrier minus one, and a later ticket is at least that clock read.
+    assert!(!b.is_complete(b.ticket()));
+}
+
+/// Once `is_complete(t)` returned true it stays true, on any thread and CPU, and every
+/// earlier ticket is complete too (the eBPF checker's own-CPU rule and idle flags are what
+/// could otherwise flip it back).
+#[test]
+fn completion_is_permanent_and_covers_earlier_tickets() {
+    for s in [Source::Ebpf, Source::Proc, Source::Heavy] {
+        let Some(b) = barrier(s) else { continue };
+        let earlier = b.ticket();
+        let t = b.ticket();
+        let _ = b.wait(t, Deadline::after(Duration::from_secs(5)));
+        assert!(b.is_complete(t));
+        assert!(b.is_complete(earlier), "{}: an earlier ticket", s.name());
+        thread::scope(|sc| {
+            for _ in 0..3 {
+                sc.spawn(|| {
+                    for k in 0..200 {
+                        assert!(b.is_complete(t), "{}: completion was lost", s.name());
+                        if k % 20 == 0 {
+                            thread::sleep(Duration::from_micros(100)); // maybe migrate
+                        }
+                    }
+                });
+            }
+        });
+    }
 }
 
 #[test]

@@ -521,7 +521,98 @@ impl Drop for Loaded {
     }
 }
 
-/// Create the map, load both programs, attach them, map the array.
+const TIMENS_OFFSETS_PATH: &str = "/proc/self/timens_offsets";
+
+/// The `CLOCK_MONOTONIC` offset `(seconds, nanoseconds)` in `/proc/self/timens_offsets`
+/// (lines `<clock> <secs> <nanos>`; the clock by name, `monotonic`, or by id, `1`, as
+/// kernels before the names printed it), or `None` if the text does not parse or has no
+/// monotonic line.
+pub(crate) fn parse_timens_monotonic(text: &str) -> Option<(i64, i64)> {
+    let mut found = None;
+    for line in text.lines() {
+        let mut t = line.split_ascii_whitespace();
+        let Some(clock) = t.next() else {
+            continue; // a blank line
+        };
+        let secs: i64 = t.next()?.parse().ok()?;
+        let nanos: i64 = t.next()?.parse().ok()?;
+        if t.next().is_some() || !(0..1_000_000_000).contains(&nanos) {
+            return None;
+        }
+        if clock == "monotonic" || clock == "1" {
+            found = Some((secs, nanos));
+        }
+    }
+    found
+}
+
+/// Refuse the source inside a time namespace that shifts `CLOCK_MONOTONIC`: the vDSO clock
+/// that tickets read adds the namespace's offset, `bpf_ktime_get_ns` does not, so stamps
+/// and tickets would be on different clocks (with a negative offset, stamps look later than
+/// every ticket and tickets complete without barriers). No file means a kernel without time
+/// namespaces: offset 0.
+fn check_time_namespace() -> Result<(), SourceError> {
+    let text = match std::fs::read_to_string(TIMENS_OFFSETS_PATH) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(err(
+                SourceErrorKind::Unreadable,
+                e.raw_os_error(),
+                format!("{TIMENS_OFFSETS_PATH}: {e} (cannot rule out a time namespace)"),
+            ))
+        }
+    };
+    match parse_timens_monotonic(&text) {
+        Some((0, 0)) => Ok(()),
+        Some((secs, nanos)) => Err(err(
+            SourceErrorKind::NotSupported,
+            None,
+            format!(
+                "inside a time namespace with a CLOCK_MONOTONIC offset of {secs} s {nanos} ns \
+                 ({TIMENS_OFFSETS_PATH}): eBPF stamps (bpf_ktime_get_ns) do not include it, \
+                 tickets (vDSO clock_gettime) do, so they cannot be compared"
+            ),
+        )),
+        None => Err(err(
+            SourceErrorKind::Unreadable,
+            None,
+            format!("{TIMENS_OFFSETS_PATH}: unparsable: {:?}", text.trim()),
+        )),
+    }
+}
+
+/// After attaching: check that the stamps are on the tickets' clock. Sleep ~2 ms (context
+/// switches, ticks: the CPUs stamp), read every stamp, *then* read the clock (`now`): a stamp
+/// read before `now` was written before it, so on one clock it is at most `now` (plus the
+/// documented slack). A stamp beyond that means the clocks disagree (an undetected time
+/// namespace, a kernel whose `bpf_ktime_get_ns` is not the vDSO's `CLOCK_MONOTONIC`).
+fn check_stamps_on_our_clock(map: &Loaded) -> Result<(), SourceError> {
+    let before = super::ordered_now();
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    let stamps: Vec<u64> = (0..map.entries()).map(|c| map.last_event(c)).collect();
+    let now = super::ordered_now();
+    match stamps
+        .iter()
+        .enumerate()
+        .find(|&(_, &s)| s > now.saturating_add(super::CLOCK_SLACK_NS))
+    {
+        None => Ok(()),
+        Some((c, &s)) => Err(err(
+            SourceErrorKind::NotSupported,
+            None,
+            format!(
+                "clock mismatch: CPU {c} stamped {s} ns (bpf_ktime_get_ns), {} ns after the \
+                 CLOCK_MONOTONIC reading taken after it ({now} ns; {before} ns before a 2 ms \
+                 sleep); stamps and tickets are not on one clock",
+                s - now
+            ),
+        )),
+    }
+}
+
+/// Create the map, load both programs, attach them, map the array, and check that the
+/// stamps are on the tickets' clock.
 pub(crate) fn load(possible_cpus: usize) -> Result<Loaded, SourceError> {
     if !cfg!(all(target_os = "linux", target_arch = "x86_64")) {
         return Err(err(
@@ -530,6 +621,7 @@ pub(crate) fn load(possible_cpus: usize) -> Result<Loaded, SourceError> {
             "the eBPF source is implemented for Linux/x86-64 only".into(),
         ));
     }
+    check_time_namespace()?;
     let entries = possible_cpus.max(1);
     let map = create_map(entries as u32)?;
     let map_len = (entries * ENTRY_SIZE).next_multiple_of(PAGE_SIZE);
@@ -599,7 +691,7 @@ pub(crate) fn load(possible_cpus: usize) -> Result<Loaded, SourceError> {
             format!("mmap of the BPF array failed: {e}"),
         )
     })?;
-    Ok(Loaded {
+    let loaded = Loaded {
         base: base as *const u8,
         map_len,
         entries,
@@ -607,7 +699,9 @@ pub(crate) fn load(possible_cpus: usize) -> Result<Loaded, SourceError> {
         _links: links,
         _progs: vec![event, idle],
         _map: map,
-    })
+    };
+    check_stamps_on_our_clock(&loaded)?;
+    Ok(loaded)
 }
 
 #[cfg(test)]
@@ -726,6 +820,32 @@ mod tests {
             }
         }
         println!("stamped by every online CPU; idle in n of 100 samples: {idle_counts:?}");
+    }
+
+    #[test]
+    fn timens_offsets_parse() {
+        let host = "monotonic           0         0\nboottime            0         0\n";
+        assert_eq!(parse_timens_monotonic(host), Some((0, 0)));
+        // `unshare --time --monotonic=-5`, and a fraction of a second (normalised).
+        let shifted = "monotonic          -5         0\nboottime            0         0\n";
+        assert_eq!(parse_timens_monotonic(shifted), Some((-5, 0)));
+        let frac = "boottime 3 0\nmonotonic -1 500000000\n";
+        assert_eq!(parse_timens_monotonic(frac), Some((-1, 500_000_000)));
+        // Clock ids instead of names (CLOCK_MONOTONIC = 1, CLOCK_BOOTTIME = 7).
+        assert_eq!(parse_timens_monotonic("1 7 0\n7 0 0\n"), Some((7, 0)));
+        assert_eq!(parse_timens_monotonic("7 9 0\n1 0 0\n"), Some((0, 0)));
+        // Garbage, missing fields, no monotonic line: unparsable (the source is refused).
+        assert_eq!(parse_timens_monotonic(""), None);
+        assert_eq!(parse_timens_monotonic("boottime 0 0\n"), None);
+        assert_eq!(parse_timens_monotonic("monotonic 5\n"), None);
+        assert_eq!(parse_timens_monotonic("monotonic x 0\n"), None);
+        assert_eq!(parse_timens_monotonic("monotonic 0 0 0\n"), None);
+        assert_eq!(parse_timens_monotonic("monotonic 0 1000000000\n"), None);
+        assert_eq!(parse_timens_monotonic("monotonic 0 -1\n"), None);
+        // This process's own file, where there is one, parses.
+        if let Ok(text) = std::fs::read_to_string(TIMENS_OFFSETS_PATH) {
+            assert!(parse_timens_monotonic(&text).is_some(), "{text:?}");
+        }
     }
 
     #[test]

@@ -64,6 +64,97 @@ fn fit<T: Clone>(v: &mut Vec<T>, n: usize, fill: T) {
     }
 }
 
+/// Parse the header line of `/proc/interrupts` (`CPU0 CPU1 …`: the CPUs online when the file
+/// was generated) into `cols` (column → CPU number).
+pub(crate) fn parse_interrupts_header(
+    header: &[u8],
+    cols: &mut Vec<usize>,
+) -> Result<(), ParseError> {
+    cols.clear();
+    for t in tokens(header) {
+        let id = t
+            .strip_prefix(b"CPU")
+            .and_then(number)
+            .ok_or(ParseError("unexpected /proc/interrupts header"))?;
+        cols.push(id as usize);
+    }
+    if cols.is_empty() {
+        return Err(ParseError("no CPU in the /proc/interrupts header"));
+    }
+    Ok(())
+}
+
+/// The CPUs of `0..n` that count as offline for the eBPF source's mask rule: missing from
+/// the online list *and* from the `/proc/interrupts` header (`listed`), both read after the
+/// same clock read. The online list alone is not trusted: LXCFS can virtualise it (a
+/// container may see `0-1` on a 16-CPU host while its threads run on CPUs 2–15); it does not
+/// virtualise `/proc/interrupts`, whose header the kernel prints from its online mask.
+/// Without a header (`None`: unreadable or unparsable) no CPU counts as offline.
+pub(crate) fn offline_cpus(n: usize, online: &[usize], listed: Option<&[usize]>) -> Vec<usize> {
+    let Some(listed) = listed else {
+        return Vec::new();
+    };
+    (0..n)
+        .filter(|c| !online.contains(c) && !listed.contains(c))
+        .collect()
+}
+
+/// Reads only the header line of `/proc/interrupts` (the file stays open; the buffers are
+/// reused), for the eBPF source's offline rule.
+pub(crate) struct InterruptsHeader {
+    file: Option<File>,
+    buf: Vec<u8>,
+    cols: Vec<usize>,
+}
+
+impl InterruptsHeader {
+    /// Nothing is opened yet: the first [`read`](Self::read) opens the file (and each read
+    /// retries while it cannot).
+    pub(crate) fn new() -> InterruptsHeader {
+        InterruptsHeader {
+            file: None,
+            buf: Vec::new(),
+            cols: Vec::new(),
+        }
+    }
+
+    /// The CPUs in the header, read now; `None` if the file is unreadable or unparsable.
+    pub(crate) fn read(&mut self) -> Option<&[usize]> {
+        if self.file.is_none() {
+            self.file = File::open("/proc/interrupts").ok();
+        }
+        let f = self.file.as_ref()?;
+        read_first_line(f, &mut self.buf).ok()?;
+        let line = self.buf.split(|b| *b == b'\n').next()?;
+        parse_interrupts_header(line, &mut self.cols).ok()?;
+        Some(&self.cols)
+    }
+}
+
+/// Read a file from offset 0 into `buf` (reused) until it holds a whole first line (or the
+/// file ends), in 4 KiB steps.
+fn read_first_line(f: &File, buf: &mut Vec<u8>) -> std::io::Result<()> {
+    const STEP: usize = 4096;
+    buf.clear();
+    loop {
+        let len = buf.len();
+        buf.resize(len + STEP, 0);
+        match f.read_at(&mut buf[len..], len as u64) {
+            Ok(n) => {
+                buf.truncate(len + n);
+                if n == 0 || buf[len..].contains(&b'\n') {
+                    return Ok(());
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => buf.truncate(len),
+            Err(e) => {
+                buf.truncate(len);
+                return Err(e);
+            }
+        }
+    }
+}
+
 /// Parse `/proc/interrupts`: for every CPU in the header (`CPU0 CPU1 …`, the CPUs online
 /// when the file was generated), the sum of its column over the counted rows. `cols` is
 /// scratch (column → CPU number). On return `present[c]` says whether CPU `c` was in the
@@ -76,17 +167,7 @@ pub(crate) fn parse_interrupts(
 ) -> Result<(), ParseError> {
     let mut lines = text.split(|b| *b == b'\n');
     let header = lines.next().ok_or(ParseError("empty /proc/interrupts"))?;
-    cols.clear();
-    for t in tokens(header) {
-        let id = t
-            .strip_prefix(b"CPU")
-            .and_then(number)
-            .ok_or(ParseError("unexpected /proc/interrupts header"))?;
-        cols.push(id as usize);
-    }
-    if cols.is_empty() {
-        return Err(ParseError("no CPU in the /proc/interrupts header"));
-    }
+    parse_interrupts_header(header, cols)?;
     let n = cols.iter().max().map_or(0, |m| m + 1);
     fit(sums, n, 0);
     fit(present, n, false);
@@ -446,6 +527,41 @@ softirq 1 2 3 4 5 6 7 8 9 10 11
         assert_eq!(&present[..3], &[true, false, true]);
         assert!(!present[3] && !present[4]);
         assert_eq!(&sums[..3], &[15, 0, 27]); // "9: 3" has one column for two CPUs: skipped
+    }
+
+    #[test]
+    fn interrupts_header_alone() {
+        let mut cols = Vec::new();
+        parse_interrupts_header(INTERRUPTS.lines().next().unwrap().as_bytes(), &mut cols).unwrap();
+        assert_eq!(cols, vec![0, 1]);
+        parse_interrupts_header(b"  CPU0  CPU3 CPU12 ", &mut cols).unwrap();
+        assert_eq!(cols, vec![0, 3, 12]);
+        assert!(parse_interrupts_header(b"   ", &mut cols).is_err());
+        assert!(parse_interrupts_header(b" 24: 1 0", &mut cols).is_err());
+        // The live file, if readable here, has a header that parses.
+        let mut h = InterruptsHeader::new();
+        if let Some(listed) = h.read() {
+            let listed = listed.to_vec();
+            if let Ok(online) = read_cpu_list("/sys/devices/system/cpu/online") {
+                println!("online {online:?}, /proc/interrupts header {listed:?}");
+            }
+            assert!(!listed.is_empty());
+        }
+    }
+
+    #[test]
+    fn offline_needs_both_the_mask_and_the_interrupts_header() {
+        // A real unplug: CPUs 2 and 3 missing from both.
+        assert_eq!(offline_cpus(4, &[0, 1], Some(&[0, 1])), vec![2, 3]);
+        // LXCFS: the container sees `0-1` on a 16-CPU host; the kernel lists all 16.
+        let all: Vec<usize> = (0..16).collect();
+        assert!(offline_cpus(16, &[0, 1], Some(&all)).is_empty());
+        // Missing from the header only (a hot-plug between the reads): not offline either.
+        assert!(offline_cpus(4, &all[..4], Some(&[0, 1])).is_empty());
+        // Mixed: only the CPU absent from both counts.
+        assert_eq!(offline_cpus(4, &[0, 1], Some(&[0, 1, 2])), vec![3]);
+        // No readable header: the rule does not apply at all.
+        assert!(offline_cpus(4, &[0, 1], None).is_empty());
     }
 
     #[test]

@@ -120,8 +120,12 @@
 //! retiring thread (`Heavy`), or what is retired in two ticket completions (`Prepaid`: with
 //! the eBPF source a tick or two each; 10 ms at worst, when the fallback pays `heavy()`). The
 //! collector only *polls* tickets ([`PrepaidBarrier::is_complete`]); with the `/proc` source,
-//! whose poller runs only while some thread blocks in `PrepaidBarrier::wait`, a ticket polled
-//! alone rarely completes, and advances then pay the fallback `heavy()` every 10 ms.
+//! whose state only its background poller updates, polling works too: the poller runs while
+//! some thread blocks in `PrepaidBarrier::wait` *and* for 50 ms after any `is_complete` that
+//! returned `false`, so the collector's own checks keep it polling. A ticket then completes
+//! at the poller's pace (a few ms; ~10 ms when a tickless idle CPU shows only idle ticks),
+//! and an advance pays the fallback `heavy()` only when that takes longer than 10 ms, or when
+//! collects are too far apart for the ticket to be checked within them.
 //!
 //! A reader that is merely *preempted* while pinned stops advances until it runs again: on an
 //! oversubscribed machine, every pinned reader must be scheduled between two advances. In the
@@ -244,8 +248,9 @@ impl Default for Collector {
 }
 
 impl Collector {
-    /// A collector with the default advance policy ([`Barrier::default_policy`]: prepaid
-    /// tickets, falling back to `fence::heavy()`; `Heavy` under loom).
+    /// A collector with the default advance policy ([`Barrier::default_policy`]:
+    /// `fence::heavy()` before each scan; prepaid tickets are opt-in through
+    /// [`Collector::with_barrier`]).
     pub fn new() -> Collector {
         Collector::with_barrier(Barrier::default_policy())
     }
