@@ -25,8 +25,10 @@
 //! 2. The mprotect trick ([`Method::Mprotect`]): remove write permission from a private dirty page.
 //!    The kernel must shoot the stale TLB entry down on every CPU that may cache it — every CPU
 //!    running this process — by IPI, and an interrupt serialises the CPU that takes it. Works on
-//!    every x86-64 Linux, including kernels and sandboxes without `membarrier`; it is not
-//!    architecturally a barrier elsewhere (AArch64 broadcasts TLB invalidations).
+//!    x86-64 Linux without `membarrier` (old kernels, sandboxes), *unless* the CPU broadcasts
+//!    TLB invalidations without interrupts (AMD `INVLPGB`, used by Linux ≥ 6.15): then this
+//!    method reports itself unavailable (as it does when `/proc/cpuinfo` cannot be read). It
+//!    is not architecturally a barrier elsewhere (AArch64 broadcasts TLB invalidations too).
 //! 3. Global membarrier ([`Method::MembarrierGlobal`]): `membarrier(MEMBARRIER_CMD_GLOBAL)` waits
 //!    for an RCU grace period: correct for every thread, but milliseconds per call.
 //!
@@ -90,6 +92,10 @@
 //! after them.
 //!
 //! **Linearisation.** `heavy()` takes effect at the start of the barrier it waited for.
+//!
+//! **Fork.** As with a mutex, a child forked while another thread was leading a barrier
+//! inherits a barrier "in flight" that no thread will finish: such a child must not call
+//! `heavy()`. (The expedited registration is redone in the child on its first `EPERM`.)
 
 use std::sync::OnceLock;
 
@@ -181,12 +187,15 @@ fn no_barrier() -> Method {
     {
         eprintln!(
             "spindle-sync: no process-wide barrier is available (membarrier and mprotect both \
-             failed); asymmetric fences cannot be honoured, aborting"
+             fail); asymmetric fences cannot be honoured, aborting"
         );
         std::process::abort();
     }
     #[allow(unreachable_code)]
-    Method::Fence
+    {
+        crate::primitives::fence(SeqCst);
+        Method::Fence
+    }
 }
 
 static HEAVY_METHOD: OnceLock<Method> = OnceLock::new();
@@ -225,10 +234,11 @@ pub fn barrier(method: Method) -> Result<(), Unavailable> {
 }
 
 /// Issue a barrier by a method already known to work. If it fails now (a seccomp filter
-/// installed later, a transient `ENOMEM`), fall back to the next method, and if nothing is
-/// left, wait and retry: returning without a barrier would break the contract.
+/// installed later, a transient `ENOMEM`), fall back to the next method; if nothing works for
+/// a second, stop the process as [`heavy_method`] does at start-up: returning without a
+/// barrier would break the contract, and retrying forever would hang every caller.
 fn issue(method: Method) {
-    loop {
+    for _round in 0..1000 {
         let mut m = Some(method);
         while let Some(cur) = m {
             if barrier(cur).is_ok() {
@@ -242,6 +252,7 @@ fn issue(method: Method) {
         }
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
+    no_barrier();
 }
 
 /// The coalescing state (see the module documentation).
@@ -338,18 +349,46 @@ mod sys {
 
     fn expedited() -> Result<(), i32> {
         static REGISTERED: AtomicBool = AtomicBool::new(false);
+        let register = || {
+            membarrier(MembarrierCommand::RegisterPrivateExpedited).map_err(|e| e.raw_os_error())
+        };
         if !REGISTERED.load(Acquire) {
-            membarrier(MembarrierCommand::RegisterPrivateExpedited)
-                .map_err(|e| e.raw_os_error())?;
+            register()?;
             REGISTERED.store(true, Release);
         }
-        membarrier(MembarrierCommand::PrivateExpedited).map_err(|e| e.raw_os_error())
+        match membarrier(MembarrierCommand::PrivateExpedited) {
+            // A child of `fork` inherits REGISTERED but not the kernel's registration (EPERM):
+            // register this process too, once, and retry.
+            Err(e) if e == rustix::io::Errno::PERM => {
+                register()?;
+                membarrier(MembarrierCommand::PrivateExpedited).map_err(|e| e.raw_os_error())
+            }
+            r => r.map_err(|e| e.raw_os_error()),
+        }
+    }
+
+    /// Whether the CPU can invalidate other CPUs' TLB entries without an interrupt (AMD's
+    /// `INVLPGB`, which Linux ≥ 6.15 uses for processes that run on many CPUs): then
+    /// write-protecting a page interrupts nobody and is no barrier. Unknown (no `/proc`)
+    /// counts as yes.
+    fn broadcast_tlb_flush() -> bool {
+        static ANSWER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *ANSWER.get_or_init(|| match std::fs::read_to_string("/proc/cpuinfo") {
+            Ok(info) => info
+                .lines()
+                .filter(|l| l.starts_with("flags"))
+                .any(|l| l.split_whitespace().any(|f| f == "invlpgb")),
+            Err(_) => true,
+        })
     }
 
     /// The page whose write permission we toggle, mapped on first use; the mutex serialises
     /// the toggles (two interleaved toggles could leave the page read-only while another
     /// caller writes it).
     fn mprotect_ipi() -> Result<(), i32> {
+        if broadcast_tlb_flush() {
+            return Err(rustix::io::Errno::NOTSUP.raw_os_error());
+        }
         static PAGE: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
         static LOCK: Mutex<()> = Mutex::new(());
         let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());

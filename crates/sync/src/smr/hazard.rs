@@ -96,9 +96,11 @@
 //!
 //! This holds **whatever readers do**: a stalled reader holds back at most the objects in its
 //! own slots. (Contrast [`super::epoch`], where a stalled pinned reader makes garbage grow
-//! without bound.) With `Prepaid`, batches also wait for their ticket, so add what is retired
-//! in [`PREPAID_PATIENCE`](super::PREPAID_PATIENCE) (10 ms) at worst; that is why hazard
-//! domains default to `Heavy`.
+//! without bound.) With `Prepaid`, a batch whose ticket is incomplete is parked and checked
+//! again only at the next `reclaim` (after [`PREPAID_PATIENCE`](super::PREPAID_PATIENCE),
+//! 10 ms, that reclaim pays `fence::heavy()` for it); while retirements continue this adds
+//! what is retired in about 10 ms, and if they stop, parked batches wait for the next explicit
+//! [`Domain::reclaim`]. The bound above is for `Heavy`, the default.
 
 use std::marker::PhantomData;
 use std::ptr;
@@ -176,7 +178,7 @@ impl Default for Domain {
 
 impl Domain {
     /// A domain whose reclaims use `fence::heavy()` (see the module documentation for why
-    /// hazard domains default to [`Barrier::Heavy`]).
+    /// the default, [`Barrier::Heavy`]).
     pub fn new() -> Domain {
         Domain::with_barrier(Barrier::Heavy)
     }

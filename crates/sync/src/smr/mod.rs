@@ -107,16 +107,14 @@ pub enum Barrier {
 }
 
 impl Barrier {
-    /// The default: [`Barrier::Prepaid`] in a normal build, [`Barrier::Heavy`] under loom.
+    /// The default for both schemes: [`Barrier::Heavy`]. [`Barrier::Prepaid`] is opt-in
+    /// because of what it sets up behind the caller's back: run as root, the first prepaid
+    /// ticket loads eBPF programs on the machine's scheduler and interrupt tracepoints (for the
+    /// process's lifetime, on every CPU); otherwise it starts a thread that polls `/proc`
+    /// while tickets are outstanding. Choose it when IPIs on busy reader threads matter more
+    /// than a few ms of reclamation latency (see the crate's "Which barrier when").
     pub const fn default_policy() -> Barrier {
-        #[cfg(not(loom))]
-        {
-            Barrier::Prepaid
-        }
-        #[cfg(loom)]
-        {
-            Barrier::Heavy
-        }
+        Barrier::Heavy
     }
 
     /// Short name for reports: `heavy`, `prepaid`.
