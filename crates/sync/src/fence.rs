@@ -43,9 +43,9 @@
 //! # Coalescing
 //!
 //! A barrier costs a system call and an IPI to every CPU that runs another thread of the
-//! process (on the 2-vCPU development VM, `spindle lab fences`, 2026-11-21: 0.4 µs by
-//! expedited membarrier when no other thread runs, 10 µs when a busy thread of the process
-//! holds the other CPU; mprotect 1.9 and 23 µs). When several threads call `heavy()` at once
+//! process (on the 2-vCPU development VM, `spindle lab`, 2026-11-21: 0.4 µs by expedited
+//! membarrier when no other thread runs, 12.8 µs when a busy thread of the process holds the
+//! other CPU; mprotect 2.1 and 31 µs). When several threads call `heavy()` at once
 //! they do not each need their own: a caller only needs *some* barrier that **started after**
 //! its own writes were globally visible. A caller that arrives while a barrier is in flight
 //! cannot use that one, so sharing happens when two or more callers arrive during the same

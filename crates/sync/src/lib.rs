@@ -65,17 +65,17 @@
 //!
 //! The cold side of an asymmetric fence — a reclaimer before it scans, a writer before it
 //! reads what hot threads published — needs every other thread to have executed a full
-//! barrier. Latency of one such barrier from `spindle lab fences` (quick profile, 2026-11-21,
-//! same 2-vCPU VM; 132–8 800 barriers per row). *Idle*: the process's other threads sleep.
+//! barrier. Latency of one such barrier from `spindle lab` (quick profile, 2026-11-21, same
+//! 2-vCPU VM; 87–5 800 barriers per row). *Idle*: the process's other threads sleep.
 //! *Under load*: a busy thread of the process, at nice 19, on each CPU.
 //!
 //! | barrier | idle: median / p99 | under load: median / p99 |
 //! |---|---:|---:|
-//! | [`fence::heavy`] = `membarrier` expedited (IPIs) | 0.4 µs / 0.7 µs | 10.2 µs / 15.3 µs |
-//! | mprotect IPI trick ([`fence::Method::Mprotect`]) | 1.9 µs / 4.1 µs | 22.7 µs / 35.8 µs |
-//! | `membarrier` global (RCU grace period) | 11.9 ms / 29.9 ms | 11.8 ms / 18.3 ms |
-//! | [`PrepaidBarrier`](prepaid::PrepaidBarrier), eBPF source | 0.1 µs / 3.2 µs | 2.85 ms / 4.08 ms |
-//! | [`PrepaidBarrier`](prepaid::PrepaidBarrier), `/proc` source | 2.54 ms / 9.42 ms | 3.52 ms / 5.78 ms |
+//! | [`fence::heavy`] = `membarrier` expedited (IPIs) | 0.4 µs / 14.4 µs | 12.8 µs / 31.7 µs |
+//! | mprotect IPI trick ([`fence::Method::Mprotect`]) | 2.1 µs / 4.4 µs | 31.0 µs / 69.0 µs |
+//! | `membarrier` global (RCU grace period) | 11.1 ms / 34.9 ms | 10.6 ms / 17.8 ms |
+//! | [`PrepaidBarrier`](prepaid::PrepaidBarrier), eBPF source | 0.4 µs / 50.3 µs | 2.85 ms / 4.26 ms |
+//! | [`PrepaidBarrier`](prepaid::PrepaidBarrier), `/proc` source | 2.59 ms / 8.24 ms | 3.49 ms / 6.10 ms |
 //!
 //! - **You need the barrier now** (a writer about to read what readers published, a lock
 //!   hand-off): [`fence::heavy`]. Tens of µs at worst, but it interrupts every CPU that runs
@@ -86,17 +86,17 @@
 //!   free when the other CPUs are idle, and at most one timer tick (4 ms at HZ 250) when they
 //!   are busy. Give `wait` a deadline: past it, the wait pays for `heavy()` instead. The lab's
 //!   claim "≤ 1/10 of global membarrier under load" (the seed's result, on a HZ 1000
-//!   kernel) is **violated** here (median ratio 0.25): the tick, 4 ms, is a third of this
-//!   VM's RCU grace period.
+//!   kernel) is **violated** here (median ratio 0.22): the tick, 4 ms, is more than a third of
+//!   this VM's RCU grace period.
 //! - **Not root**: the prepaid `/proc` source works for any user, at ms granularity, with a
 //!   polling thread (1 ms) while someone waits. [`PrepaidBarrier::global`](prepaid::PrepaidBarrier::global)
 //!   picks eBPF, then `/proc`, then plain `heavy()`, and says which
 //!   ([`source`](prepaid::PrepaidBarrier::source)).
-//! - **Never** `membarrier` global unless nothing else exists: 12 ms a call here, and it makes
+//! - **Never** `membarrier` global unless nothing else exists: 11 ms a call here, and it makes
 //!   every barrier a reclaimer nests wait for a grace period.
 //!
-//! The [`smr`] module shows what this buys the readers: 0.5–1.0 ns per protected read, against
-//! 6.4–6.9 ns for crossbeam-epoch, haphazard and seize, whose readers fence.
+//! The [`smr`] module shows what this buys the readers: 0.4–1.0 ns per protected read, against
+//! 6.5–7.0 ns for crossbeam-epoch, haphazard and seize, whose readers fence.
 
 #![warn(missing_docs)]
 

@@ -42,38 +42,40 @@
 //! # Figures
 //!
 //! One quick run of `spindle lab` (2026-11-21) on the development VM (AMD EPYC Zen 5, 2 vCPUs,
-//! Linux 6.18, HZ 250; prepaid source eBPF): medians over 22 interleaved trials. Run
+//! Linux 6.18, HZ 250; prepaid source eBPF): medians over 42 interleaved trials. Run
 //! `cargo run --release -- lab smr` for your machine's.
 //!
 //! | one thread: protect one pointer and let go | ns |
 //! |---|---:|
 //! | plain load of the shared pointer + store to a slot (floor) | 0.26 |
-//! | [`hazard::HazardPointer::protect`] + `reset` | 0.52 |
+//! | [`hazard::HazardPointer::protect`] + `reset` | 0.40 |
 //! | [`epoch::LocalHandle::pin`] + load + unpin | 0.80 |
-//! | [`epoch::pin`] (thread-local handle) + load + unpin | 0.96 |
-//! | crossbeam-epoch `pin` + load + drop (handle / thread-local) | 6.40 / 6.66 |
-//! | haphazard `protect_ptr` + `reset_protection` (an `mfence` each) | 6.88 |
-//! | seize `enter` + `protect` + drop | 6.82 |
+//! | [`epoch::pin`] (thread-local handle) + load + unpin | 0.97 |
+//! | crossbeam-epoch `pin` + load + drop (handle / thread-local) | 6.52 / 6.79 |
+//! | haphazard `protect_ptr` + `reset_protection` (an `mfence` each) | 6.97 |
+//! | seize `enter` + `protect` + drop | 6.98 |
 //!
-//! The lab's claims "read side ≤ 1.5 × the floor" are **violated** (epoch 3.1 ×, hazard
-//! 2.0 ×): the floor is one load and one store, 0.68 TSC ticks per iteration here, while a
-//! protected read needs a publication, a re-check and a withdrawal (two stores, two loads),
-//! and an epoch guard also keeps a nesting count (so guards may be dropped in any order) and
-//! checks whether it outlived its handle. "Epoch pin ≥ 5 × cheaper
-//! than crossbeam-epoch's" **holds** (median ratio 0.126).
+//! The lab's claims "read side ≤ 1.5 × the floor": **violated** for epochs (3.0 ×) and
+//! **undecided** for hazard pointers (median 1.51 ×, within the bound in 16 of 42 trials; in
+//! an earlier run of the same day it was 2.0 ×, violated: at 0.7 TSC ticks per iteration for
+//! the floor, code placement moves these ratios). A protected read needs a publication, a
+//! re-check and a withdrawal (two stores, two loads) where the floor has one load and one
+//! store, and an epoch guard also keeps a nesting count (so guards may be dropped in any
+//! order) and checks whether it outlived its handle. "Epoch pin ≥ 5 × cheaper than
+//! crossbeam-epoch's" **holds** (median ratio 0.123).
 //!
 //! | 3 readers + 1 writer on 2 CPUs, 64 nodes, 100 ms runs | reader Mops/s | writer k/s | peak garbage (nodes, median / max) |
 //! |---|---:|---:|---:|
-//! | Spindle epoch, advances pay `heavy()` | 447 | 2 986 | 171 712 / 195 712 |
-//! | Spindle epoch, advances wait for prepaid tickets | 451 | 3 029 | 166 464 / 199 424 |
-//! | Spindle hazard pointers | 458 | 2 693 | 69 / 69 |
-//! | crossbeam-epoch | 100 | 3 504 | 144 202 / 223 168 |
-//! | haphazard | 107 | 2 102 | 1 000 / 1 000 |
-//! | seize | 98 | 4 679 | 83 616 / 164 992 |
+//! | Spindle epoch, advances pay `heavy()` | 447 | 2 759 | 164 352 / 188 032 |
+//! | Spindle epoch, advances wait for prepaid tickets | 443 | 2 783 | 161 984 / 188 416 |
+//! | Spindle hazard pointers | 452 | 2 555 | 69 / 69 |
+//! | crossbeam-epoch | 96 | 3 280 | 151 955 / 207 040 |
+//! | haphazard | 109 | 2 024 | 1 000 / 1 000 |
+//! | seize | 95 | 4 379 | 81 824 / 141 152 |
 //!
-//! Readers are 4.5 × faster than with any peer. Epoch garbage is large on an oversubscribed
-//! machine for every epoch-like scheme (a reader preempted while pinned stops advances until it
-//! runs again, see [`epoch`]); hazard pointers keep it at their bound.
+//! Readers are 4.1–4.7 × faster than with any peer. Epoch garbage is large on an
+//! oversubscribed machine for every epoch-like scheme (a reader preempted while pinned stops
+//! advances until it runs again, see [`epoch`]); hazard pointers keep it at their bound.
 
 pub mod epoch;
 pub mod hazard;
