@@ -11,8 +11,8 @@
 //! epoch reader blocks reclamation (unbounded garbage, as documented) while a stalled hazard
 //! pointer holds back only its own node. Two *FSSF window* tests (one reader, one writer that
 //! reclaims after every retirement) aim at the store-buffer race the cold side's barrier
-//! exists for; with the barrier removed, the hazard-pointer one fails on the development VM
-//! (see `fssf_window`). No timing is asserted.
+//! exists for (the epoch one with a stuffed store buffer); with the barrier removed, both fail
+//! on the development VM (see `fssf_window`). No timing is asserted.
 //!
 //! `SPINDLE_SMR_SCALE` (a positive number, default 1) scales the number of replacements.
 
@@ -485,10 +485,13 @@ const FSSF_MAX_REPLACEMENTS: u64 = 20_000_000;
 /// store buffer (waiting for the cache line that the scanner just read) when the scan runs:
 /// with `fence::heavy()` removed from the hazard domain's reclaim, the hazard test saw 3 to 20
 /// freed nodes per 10^6 to 2·10^6 reads on the development VM (2 vCPUs); with it, none. The
-/// same mutation of the epoch collector was *not* caught (0 in 8·10^6 replacements): there
-/// the scan that must miss the reader's `state` comes after the advancer's `xchg` of the
-/// epoch, whose cache-line round trip gives the reader's store time to drain. Needs two CPUs
-/// to mean anything; it runs (and must pass) with fewer.
+/// same mutation of the epoch collector was at first *not* caught (0 in 8·10^6 replacements:
+/// the advancer's `xchg` of the epoch gives the reader's store time to drain), so the epoch
+/// test stuffs the reader's store buffer before each pin (see [`Stuffing`]): with the
+/// barrier removed it saw 133 freed nodes in 10^6 reads; with it, none in three runs. A
+/// 12 µs spin in place of the barrier also gave none — the window closes by itself after a
+/// few µs — so the test catches a scan with no barrier, not one with a slow non-barrier.
+/// Needs two CPUs to mean anything; it runs (and must pass) with fewer.
 /// `drain` must free every retired node: it runs before the nodes' pool goes away.
 fn fssf_window(
     reads: u64,
@@ -567,9 +570,45 @@ fn hazard_fssf_window() {
     );
 }
 
+/// Store-buffer stuffing: just before it pins, the reader stores to `STUFF_LINES` cache lines
+/// it has not touched for a long while (a cursor sweeping a buffer much larger than the
+/// caches), so each store misses. x86 drains stores in order, so the reader's publication
+/// then sits in its store buffer behind those misses for a microsecond or more — while its
+/// later loads (the epoch re-check, the shared pointer) run ahead. That widens the FSSF
+/// window far beyond what a scan preceded by an `xchg` closes by itself.
+const STUFF_LINES: usize = 32;
+const STUFF_BYTES: usize = 256 << 20;
+
+struct Stuffing {
+    buf: Vec<AtomicU64>,
+    cursor: std::cell::Cell<usize>,
+}
+
+impl Stuffing {
+    fn new() -> Stuffing {
+        Stuffing {
+            buf: (0..STUFF_BYTES / 8).map(|_| AtomicU64::new(0)).collect(),
+            cursor: std::cell::Cell::new(0),
+        }
+    }
+
+    fn stuff(&self) {
+        let mut c = self.cursor.get();
+        for _ in 0..STUFF_LINES {
+            self.buf[c].store(1, Relaxed);
+            c = (c + 8) % self.buf.len();
+        }
+        self.cursor.set(c);
+    }
+}
+
+// SAFETY: only the reader thread uses a `Stuffing` (the `Cell` is never shared).
+unsafe impl Sync for Stuffing {}
+
 #[test]
 fn epoch_fssf_window() {
     let collector = Collector::with_barrier(Barrier::Heavy);
+    let stuffing = Stuffing::new();
     fssf_window(
         FSSF_READS / 2,
         |s| {
@@ -580,6 +619,7 @@ fn epoch_fssf_window() {
             H.with(|h| {
                 let mut h = h.borrow_mut();
                 let h = h.get_or_insert_with(|| collector.register());
+                stuffing.stuff();
                 let g = h.pin();
                 let p = s.slots[0].load(Acquire);
                 hold();
