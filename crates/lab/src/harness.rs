@@ -125,6 +125,17 @@ pub fn run_together(threads: usize, cpus: Option<&[usize]>, body: impl Fn(usize)
     }
 }
 
+/// Time `body`, which performs `n` operations: ns and TSC ticks per operation.
+pub fn per_op(n: u64, body: impl FnOnce()) -> Measurement {
+    let (t0, c0) = (Instant::now(), sys::rdtsc());
+    body();
+    let (c1, t1) = (sys::rdtsc(), Instant::now());
+    Measurement {
+        value: (t1 - t0).as_nanos() as f64 / n as f64,
+        ticks: Some(c1.wrapping_sub(c0) as f64 / n as f64),
+    }
+}
+
 /// One measurement of one variant: a value in the experiment's unit, and the TSC ticks per
 /// operation when that makes sense.
 #[derive(Clone, Copy, Debug)]

@@ -489,8 +489,8 @@ const FSSF_MAX_REPLACEMENTS: u64 = 20_000_000;
 /// the advancer's `xchg` of the epoch gives the reader's store time to drain), so the epoch
 /// test stuffs the reader's store buffer before each pin (see [`Stuffing`]): with the
 /// barrier removed it saw 133 freed nodes in 10^6 reads; with it, none in three runs. A
-/// 12 µs spin in place of the barrier also gave none — the window closes by itself after a
-/// few µs — so the test catches a scan with no barrier, not one with a slow non-barrier.
+/// 12 µs spin in place of the barrier also gave none — the window closes by itself within
+/// those 12 µs — so the test catches a scan with no barrier, not one with a slow non-barrier.
 /// Needs two CPUs to mean anything; it runs (and must pass) with fewer.
 /// `drain` must free every retired node: it runs before the nodes' pool goes away.
 fn fssf_window(

@@ -389,12 +389,7 @@ impl Experiment for Contention {
                 log: true,
                 bars: results
                     .iter()
-                    .map(|v| Bar {
-                        label: v.label.clone(),
-                        value: v.value.median,
-                        lo: v.value.median_lo,
-                        hi: v.value.median_hi,
-                    })
+                    .map(|v| Bar::median(v.label.clone(), &v.value))
                     .collect(),
             },
             Figure::Paired {
@@ -451,8 +446,8 @@ impl Experiment for Contention {
             parameters: vec![
                 Param::new("increments per run", increments),
                 Param::new("threads pinned", if pinned { format!("yes, to CPUs {cpus:?}") } else { "no".into() }),
-                Param::new("trials", format!("{} to {} (or {} s)", budget.min_trials, budget.max_trials, budget.max_time.as_secs())),
-                Param::new("claim band", "P(yes) > 0.6 holds, < 0.4 violated"),
+                Param::trials(&budget),
+                Param::claim_band(),
             ],
             budget,
             trials: trials.count(),

@@ -24,14 +24,15 @@
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use event_listener::{Event, Listener};
 use spindle_sync::eventcount::{EventCount, SpEventCount};
 
 use super::{Experiment, ExperimentInfo};
 use crate::harness::{
-    run_together, run_trials, Budget, Claim, Ctx, Measurement, Profile, Relation, Summary, Variant,
+    per_op, run_together, run_trials, Budget, Claim, Ctx, Measurement, Profile, Relation, Summary,
+    Variant,
 };
 use crate::report::{Bar, ExperimentResult, Figure, Param, Reference, VariantResult};
 use crate::sys::rdtsc;
@@ -115,16 +116,6 @@ fn pl_condvar_loop(m: &parking_lot::Mutex<u64>, cv: &parking_lot::Condvar, n: u6
     for _ in 0..n {
         *m.lock() += 1;
         cv.notify_one();
-    }
-}
-
-fn per_call(n: u64, body: impl FnOnce()) -> Measurement {
-    let (t0, c0) = (Instant::now(), rdtsc());
-    body();
-    let (c1, t1) = (rdtsc(), Instant::now());
-    Measurement {
-        value: (t1 - t0).as_nanos() as f64 / n as f64,
-        ticks: Some(c1.wrapping_sub(c0) as f64 / n as f64),
     }
 }
 
@@ -505,41 +496,41 @@ impl Experiment for EventCountExperiment {
                 threads: 1,
                 run: Box::new(move || {
                     let mut c = plain_counter.borrow_mut();
-                    per_call(signals, || plain_loop(&mut c.0, signals))
+                    per_op(signals, || plain_loop(&mut c.0, signals))
                 }),
             },
             Variant {
                 id: "signal-xadd",
                 label: "bare lock xadd (floor for many producers)".into(),
                 threads: 1,
-                run: Box::new(move || per_call(signals, || xadd_loop(&xadd_counter.0, signals))),
+                run: Box::new(move || per_op(signals, || xadd_loop(&xadd_counter.0, signals))),
             },
             Variant {
                 id: "signal-plain-xadd",
                 label: "xadd without lock + flag test (the seed's other option)".into(),
                 threads: 1,
                 run: Box::new(move || {
-                    per_call(signals, || plain_xadd_loop(&plain_xadd_counter.0, signals))
+                    per_op(signals, || plain_xadd_loop(&plain_xadd_counter.0, signals))
                 }),
             },
             Variant {
                 id: "signal-sp",
                 label: "SpEventCount producer increment".into(),
                 threads: 1,
-                run: Box::new(move || per_call(signals, || sp_loop(&sp.0, signals))),
+                run: Box::new(move || per_op(signals, || sp_loop(&sp.0, signals))),
             },
             Variant {
                 id: "signal-mp",
                 label: "EventCount increment".into(),
                 threads: 1,
-                run: Box::new(move || per_call(signals, || mp_loop(&mp.0, signals))),
+                run: Box::new(move || per_op(signals, || mp_loop(&mp.0, signals))),
             },
             Variant {
                 id: "signal-listener",
                 label: "event-listener: store version + Event::notify(1)".into(),
                 threads: 1,
                 run: Box::new(move || {
-                    per_call(signals, || {
+                    per_op(signals, || {
                         listener_loop(&listener.0 .0, &listener.0 .1, signals)
                     })
                 }),
@@ -549,7 +540,7 @@ impl Experiment for EventCountExperiment {
                 label: "std: lock, bump, unlock + Condvar::notify_one".into(),
                 threads: 1,
                 run: Box::new(move || {
-                    per_call(signals, || {
+                    per_op(signals, || {
                         std_condvar_loop(&std_cv.0 .0, &std_cv.0 .1, signals)
                     })
                 }),
@@ -559,7 +550,7 @@ impl Experiment for EventCountExperiment {
                 label: "parking_lot: lock, bump, unlock + Condvar::notify_one".into(),
                 threads: 1,
                 run: Box::new(move || {
-                    per_call(signals, || {
+                    per_op(signals, || {
                         pl_condvar_loop(&pl_cv.0 .0, &pl_cv.0 .1, signals)
                     })
                 }),
@@ -653,12 +644,7 @@ impl Experiment for EventCountExperiment {
                 bars: results
                     .iter()
                     .filter(|v| section(v.id).0 == title)
-                    .map(|v| Bar {
-                        label: v.label.clone(),
-                        value: v.value.median,
-                        lo: v.value.median_lo,
-                        hi: v.value.median_hi,
-                    })
+                    .map(|v| Bar::median(v.label.clone(), &v.value))
                     .collect(),
             });
         }
@@ -706,11 +692,8 @@ impl Experiment for EventCountExperiment {
                     "threads pinned",
                     if pinned { format!("yes, signaller on CPU {}, waiter on CPU {}", cpus[0], cpus[1]) } else { "no".into() },
                 ),
-                Param::new(
-                    "trials",
-                    format!("{} to {} (or {} s)", budget.min_trials, budget.max_trials, budget.max_time.as_secs()),
-                ),
-                Param::new("claim band", "P(yes) > 0.6 holds, < 0.4 violated"),
+                Param::trials(&budget),
+                Param::claim_band(),
             ],
             budget,
             trials: trials.count(),

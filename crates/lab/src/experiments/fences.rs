@@ -429,12 +429,7 @@ impl Experiment for Fences {
                 bars: results
                     .iter()
                     .filter(|v| v.id.ends_with(suffix) && !v.id.contains("coalesced"))
-                    .map(|v| Bar {
-                        label: v.label.clone(),
-                        value: v.value.median,
-                        lo: v.value.median_lo,
-                        hi: v.value.median_hi,
-                    })
+                    .map(|v| Bar::median(v.label.clone(), &v.value))
                     .collect(),
             });
         }
@@ -447,12 +442,7 @@ impl Experiment for Fences {
             bars: results
                 .iter()
                 .filter(|v| v.id.contains("coalesced"))
-                .map(|v| Bar {
-                    label: v.label.clone(),
-                    value: v.value.median,
-                    lo: v.value.median_lo,
-                    hi: v.value.median_hi,
-                })
+                .map(|v| Bar::median(v.label.clone(), &v.value))
                 .collect(),
         });
         figures.push(trials.claims_figure());
@@ -503,11 +493,8 @@ impl Experiment for Fences {
                 Param::new("waits per batch (prepaid)", prepaid_n),
                 Param::new("prepaid deadline before heavy() is forced", "200 ms"),
                 Param::new("load", format!("{} busy thread(s) at nice 19, one pinned to each CPU", cpus.len())),
-                Param::new(
-                    "trials",
-                    format!("{} to {} (or {} s)", budget.min_trials, budget.max_trials, budget.max_time.as_secs()),
-                ),
-                Param::new("claim band", "P(yes) > 0.6 holds, < 0.4 violated"),
+                Param::trials(&budget),
+                Param::claim_band(),
             ],
             budget,
             trials: trials.count(),

@@ -538,12 +538,7 @@ impl Experiment for Locks {
                             &runs.iter().map(|r| r.duration_ms).collect::<Vec<_>>(),
                             eps,
                         );
-                        Bar {
-                            label: label.to_string(),
-                            value: s.median,
-                            lo: s.median_lo,
-                            hi: s.median_hi,
-                        }
+                        Bar::median(label.to_string(), &s)
                     })
                     .collect(),
             });
@@ -562,12 +557,7 @@ impl Experiment for Locks {
                             &runs.iter().map(|r| r.longest_idle_ms).collect::<Vec<_>>(),
                             eps,
                         );
-                        Bar {
-                            label: label.to_string(),
-                            value: s.median,
-                            lo: s.median_lo,
-                            hi: s.median_hi,
-                        }
+                        Bar::median(label.to_string(), &s)
                     })
                     .collect(),
             });
@@ -665,7 +655,7 @@ impl Experiment for Locks {
                         budgets[1].max_time.as_secs()
                     ),
                 ),
-                Param::new("claim band", "P(yes) > 0.6 holds, < 0.4 violated"),
+                Param::claim_band(),
                 Param::new("× std", "ratio to std::sync::Mutex's run duration in the same trial, same T"),
             ],
             budget: budgets[1],

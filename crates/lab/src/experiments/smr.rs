@@ -31,10 +31,10 @@ use spindle_sync::smr::{epoch, hazard, Barrier};
 
 use super::{Experiment, ExperimentInfo};
 use crate::harness::{
-    run_together, run_trials, Budget, Claim, Ctx, Measurement, Profile, Relation, Summary, Variant,
+    per_op, run_together, run_trials, Budget, Claim, Ctx, Measurement, Profile, Relation, Summary,
+    Variant,
 };
 use crate::report::{Bar, ExperimentResult, Figure, Param, VariantResult};
-use crate::sys::rdtsc;
 
 pub struct Smr;
 
@@ -112,16 +112,6 @@ fn seize_loop(c: &seize::Collector, src: &AtomicPtr<u64>, n: u64) {
         let g = c.enter();
         black_box(g.protect(src, Acquire));
         drop(g);
-    }
-}
-
-fn per_op(n: u64, body: impl FnOnce()) -> Measurement {
-    let (t0, c0) = (Instant::now(), rdtsc());
-    body();
-    let (c1, t1) = (rdtsc(), Instant::now());
-    Measurement {
-        value: (t1 - t0).as_nanos() as f64 / n as f64,
-        ticks: Some(c1.wrapping_sub(c0) as f64 / n as f64),
     }
 }
 
@@ -675,16 +665,11 @@ impl Experiment for Smr {
                 bars: results
                     .iter()
                     .filter(|v| section(v.id).0 == title)
-                    .map(|v| Bar {
+                    .map(|v| {
                         // Workload labels start with "R readers + 1 writer: ", which the
                         // table says once; the bars keep the scheme.
-                        label: v
-                            .label
-                            .split_once(" writer: ")
-                            .map_or(v.label.clone(), |(_, scheme)| scheme.to_string()),
-                        value: v.value.median,
-                        lo: v.value.median_lo,
-                        hi: v.value.median_hi,
+                        let label = v.label.split_once(" writer: ").map_or(&*v.label, |l| l.1);
+                        Bar::median(label, &v.value)
                     })
                     .collect(),
             });
@@ -787,11 +772,8 @@ impl Experiment for Smr {
                     "default collector (section 1)",
                     format!("{} policy; {advances} advances, {fallbacks} heavy fallbacks", ours.barrier().name()),
                 ),
-                Param::new(
-                    "trials",
-                    format!("{} to {} (or {} s)", budget.min_trials, budget.max_trials, budget.max_time.as_secs()),
-                ),
-                Param::new("claim band", "P(yes) > 0.6 holds, < 0.4 violated"),
+                Param::trials(&budget),
+                Param::claim_band(),
             ],
             budget,
             trials: trials.count(),

@@ -29,6 +29,24 @@ impl Param {
             value: value.to_string(),
         }
     }
+
+    /// The trial budget, as every experiment reports it.
+    pub fn trials(b: &Budget) -> Self {
+        Param::new(
+            "trials",
+            format!(
+                "{} to {} (or {} s)",
+                b.min_trials,
+                b.max_trials,
+                b.max_time.as_secs()
+            ),
+        )
+    }
+
+    /// The band every claim's driver uses (see `Claim`).
+    pub fn claim_band() -> Self {
+        Param::new("claim band", "P(yes) > 0.6 holds, < 0.4 violated")
+    }
 }
 
 /// One variant's figures.
@@ -88,6 +106,18 @@ pub struct Bar {
     pub value: f64,
     pub lo: Option<f64>,
     pub hi: Option<f64>,
+}
+
+impl Bar {
+    /// A bar at a summary's median, with the median's confidence interval as whiskers.
+    pub fn median(label: impl Into<String>, s: &Summary) -> Self {
+        Bar {
+            label: label.into(),
+            value: s.median,
+            lo: s.median_lo,
+            hi: s.median_hi,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
