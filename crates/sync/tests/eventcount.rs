@@ -1,5 +1,5 @@
-//! Stress tests of the event counts under oversubscription (7 or 6 threads on however many
-//! CPUs the machine has; 2 here), counting what must never happen:
+//! Stress tests of the event counts under oversubscription (3 threads per CPU in all, at least
+//! 7: waiters plus one or two producers), counting what must never happen:
 //!
 //! - a **lost wake-up**: after a burst of signals a producer waits until every waiter has seen
 //!   the burst's last version; a waiter that has not, 3 s later, slept through a signal (the
@@ -20,7 +20,12 @@ use std::time::{Duration, Instant};
 use spindle_sync::eventcount::{EventCount, SpEventCount, TimedOut};
 use spindle_sync::Deadline;
 
-const WAITERS: usize = 5;
+mod common;
+
+/// Waiters: 3 threads per CPU in all, counting the producers.
+fn waiters(producers: usize) -> usize {
+    common::per_cpu(3, 7) - producers
+}
 const HANDSHAKE_LIMIT: Duration = Duration::from_secs(3);
 
 fn signals() -> u64 {
@@ -100,7 +105,8 @@ fn waiter(ec: &impl Count, i: usize, seen: &AtomicU64, stop: &AtomicBool, tally:
         for _ in 0..rng.below(64) {
             std::hint::spin_loop();
         }
-        let deadline = match i {
+        // Waiters take turns: no deadline, a long one, a short one.
+        let deadline = match i % 5 {
             0 | 1 => None,
             2 | 3 => Some(Deadline::after(Duration::from_secs(10))),
             _ => Some(Deadline::after(Duration::from_micros(20 + rng.below(480)))),
@@ -184,7 +190,9 @@ fn report(name: &str, tally: &Tally, started: Instant) {
 fn multi_producer_no_lost_wakeups() {
     const PRODUCERS: u64 = 2;
     let ec = EventCount::new();
-    let seen: Vec<AtomicU64> = (0..WAITERS).map(|_| AtomicU64::new(0)).collect();
+    let seen: Vec<AtomicU64> = (0..waiters(PRODUCERS as usize))
+        .map(|_| AtomicU64::new(0))
+        .collect();
     let stop = AtomicBool::new(false);
     let tally = Tally::default();
     let total = signals();
@@ -225,7 +233,7 @@ fn multi_producer_no_lost_wakeups() {
 #[test]
 fn single_producer_no_lost_wakeups() {
     let ec = SpEventCount::new();
-    let seen: Vec<AtomicU64> = (0..WAITERS).map(|_| AtomicU64::new(0)).collect();
+    let seen: Vec<AtomicU64> = (0..waiters(1)).map(|_| AtomicU64::new(0)).collect();
     let stop = AtomicBool::new(false);
     let tally = Tally::default();
     let total = signals();

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use spindle_sync::prepaid::{Completion, PrepaidBarrier, Source, SourceErrorKind};
 use spindle_sync::Deadline;
 
+mod common;
+
 /// The kernel release as (major, minor), if readable.
 fn kernel_version() -> Option<(u32, u32)> {
     let r = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
@@ -423,12 +425,13 @@ fn store_buffering(
     })
 }
 
-/// 2 pairs + 2 noise threads = 6 threads; on the 2-CPU development VM that is 3× over.
+/// One pair per CPU plus one noise thread per CPU: 3 threads per CPU.
 fn stress(source: Source) {
     let Some(b) = barrier(source) else {
         return;
     };
-    let l = store_buffering(Some(&b), 2, 2, Duration::from_secs(4));
+    let n = common::per_cpu(1, 2);
+    let l = store_buffering(Some(&b), n, n, Duration::from_secs(4));
     println!("{} store buffering: {l:?}", source.name());
     assert!(l.rounds > 0);
     assert_eq!(l.prepaid + l.forced, l.rounds);

@@ -1,5 +1,5 @@
-//! Stress tests of safe memory reclamation on real threads, oversubscribed (6 readers and 2
-//! writers however many CPUs): writers replace nodes in a small shared array and retire the
+//! Stress tests of safe memory reclamation on real threads, oversubscribed (3 readers and 1
+//! writer per CPU, at least 6 and 2): writers replace nodes in a small shared array and retire the
 //! old ones; the deleter *poisons* a node and returns it to a recycling pool, from which
 //! writers reuse it after a while. Readers dereference what they protected and count a
 //! poisoned or inconsistent payload as a use after free; the tests assert zero. Memory is
@@ -28,15 +28,25 @@ use spindle_sync::smr::epoch::Collector;
 use spindle_sync::smr::hazard::{Domain, HazardPointer};
 use spindle_sync::smr::Barrier;
 
-const READERS: usize = 6;
-const WRITERS: usize = 2;
+mod common;
+
+/// Reader threads: 3 per CPU.
+fn readers() -> usize {
+    common::per_cpu(3, 6)
+}
+
+/// Writer threads: 1 per CPU (4 threads per CPU in all).
+fn writers() -> usize {
+    common::per_cpu(1, 2)
+}
+
 const SLOTS: usize = 8;
 const POISON: u64 = 0xDEAD_BEEF_DEAD_BEEF;
 /// Freed nodes wait in the pool until this many are there, so a node is reused "a while"
 /// after it was freed (long enough for a missed protection to see the reuse).
 const REUSE_AFTER: usize = 64;
-/// Replacements per writer at scale 1.
-const REPLACEMENTS: u64 = 1_000_000;
+/// Replacements by all writers together at scale 1.
+const REPLACEMENTS: u64 = 2_000_000;
 
 fn scale() -> f64 {
     std::env::var("SPINDLE_SMR_SCALE")
@@ -46,8 +56,9 @@ fn scale() -> f64 {
         .unwrap_or(1.0)
 }
 
+/// Replacements per writer: the total is the same on any number of CPUs.
 fn replacements() -> u64 {
-    ((REPLACEMENTS as f64 * scale()) as u64).max(1)
+    ((REPLACEMENTS as f64 * scale()) as u64 / writers() as u64).max(1)
 }
 
 fn check_of(v: u64) -> u64 {
@@ -191,7 +202,7 @@ fn epoch_stress(barrier: Barrier) {
     let peak = AtomicU64::new(0);
     let peak = &peak;
     std::thread::scope(|scope| {
-        for r in 0..READERS {
+        for r in 0..readers() {
             let c = collector.clone();
             scope.spawn(move || {
                 let h = c.register();
@@ -209,7 +220,7 @@ fn epoch_stress(barrier: Barrier) {
                 s.reads.fetch_add(reads, Relaxed);
             });
         }
-        let writers: Vec<_> = (0..WRITERS)
+        let writers: Vec<_> = (0..writers())
             .map(|w| {
                 let c = collector.clone();
                 scope.spawn(move || {
@@ -247,7 +258,7 @@ fn epoch_stress(barrier: Barrier) {
          (advances, heavy fallbacks) {:?}, peak pending {} (sampled), {} pending at the end",
         PrepaidBarrier::global().source().name(),
         s.reads.load(Relaxed),
-        n * WRITERS as u64,
+        n * writers() as u64,
         s.pool.reused.load(Relaxed),
         collector.advance_counts(),
         peak.load(Relaxed),
@@ -296,7 +307,7 @@ fn hazard_stress(barrier: Barrier) {
     let over_bound = AtomicU64::new(0);
     let (peak, over_bound) = (&peak, &over_bound);
     std::thread::scope(|scope| {
-        for r in 0..READERS {
+        for r in 0..readers() {
             scope.spawn(move || {
                 let mut hp = HazardPointer::new_in(d);
                 let mut x = 0x9E37_79B9_7F4A_7C15 ^ (r as u64 + 1);
@@ -312,7 +323,7 @@ fn hazard_stress(barrier: Barrier) {
                 s.reads.fetch_add(reads, Relaxed);
             });
         }
-        let writers: Vec<_> = (0..WRITERS)
+        let writers: Vec<_> = (0..writers())
             .map(|w| {
                 scope.spawn(move || {
                     let mut x = 0xD1B5_4A32_D192_ED03 ^ (w as u64 + 1);
@@ -326,7 +337,8 @@ fn hazard_stress(barrier: Barrier) {
                         peak.fetch_max(pending, Relaxed);
                         // The bound is documented for `Heavy`; prepaid batches also wait up
                         // to PREPAID_PATIENCE for their ticket.
-                        if barrier == Barrier::Heavy && pending > d.pending_bound(WRITERS) as u64 {
+                        if barrier == Barrier::Heavy && pending > d.pending_bound(writers()) as u64
+                        {
                             over_bound.fetch_add(1, Relaxed);
                         }
                     }
@@ -348,16 +360,16 @@ fn hazard_stress(barrier: Barrier) {
     eprintln!(
         "hazard {barrier:?}: {} reads, {} replacements, {} nodes reused, peak pending {} (bound {})",
         s.reads.load(Relaxed),
-        n * WRITERS as u64,
+        n * writers() as u64,
         s.pool.reused.load(Relaxed),
         peak.load(Relaxed),
-        domain.pending_bound(WRITERS)
+        domain.pending_bound(writers())
     );
     assert_eq!(
         over_bound.load(Relaxed),
         0,
         "pending exceeded the documented bound {} (peak {})",
-        domain.pending_bound(WRITERS),
+        domain.pending_bound(writers()),
         peak.load(Relaxed)
     );
     let mut rounds = 0;
