@@ -6,8 +6,8 @@
 //! returns as soon as the version differs — including when it changed *before* the call, which
 //! is what makes the pattern immune to the lost wake-up of a misused condition variable: the
 //! waiter never needs a lock around "check, then sleep" because the version it passes in
-//! records what it has already seen (seed 000, lines 1–180; Concurrency Kit's `ck_ec`; folly's
-//! `EventCount`).
+//! records what it has already seen (Paul Khuong, "Preemption Is GC for Memory Reordering",
+//! 2019; Concurrency Kit's `ck_ec`; folly's `EventCount`).
 //!
 //! # The word
 //!
@@ -85,17 +85,17 @@
 //! that set it finds its flag cleared and sets it again). Waiters still flip the flag with a
 //! `lock cmpxchg`.
 //!
-//! Why not the seed's non-`lock`ed `xadd`, which returns the old value: in one quick run of the
-//! lab's `eventcount` experiment on a Zen 5 VM, an unlocked `xadd` plus flag test cost 2.12 ns
-//! per signal, 8 × a plain volatile increment (0.26 ns), while this `add` plus the re-load of
-//! the flag byte cost 0.32 ns, 1.2 × (the re-load is forwarded from the add's own store and
-//! sits on no dependency chain). The seed's other option, `inc` with the flag in the sign bit
-//! read from the condition codes, forces the futex onto the half that holds the sign bit,
-//! which does not hold the version's low bits (see the invariants above). Why one instruction
-//! and not a load and a store: an interrupt cannot split an instruction, and interrupt entry
-//! drains the store buffer; with two instructions the producer could be preempted between its
-//! load and its store for longer than the waiters' one-second window below, and then
-//! overwrite a flag after they trusted it.
+//! Why not the non-`lock`ed `xadd` that Paul Khuong's "Preemption Is GC for Memory Reordering"
+//! (2019) suggests, which returns the old value: which of the two sequences is cheaper depends
+//! on the core — the lab's `eventcount` experiment measures both (`signal-plain-xadd` and
+//! `signal-sp`) beside a plain increment, and they have come out in both orders on different
+//! microarchitectures, so the choice is under review. The post's other option, `inc` with the
+//! flag in the sign bit read from the condition codes, forces the futex onto the half that
+//! holds the sign bit, which does not hold the version's low bits (see the invariants above).
+//! Why one instruction and not a load and a store: an interrupt cannot split an instruction,
+//! and interrupt entry drains the store buffer; with two instructions the producer could be
+//! preempted between its load and its store for longer than the waiters' one-second window
+//! below, and then overwrite a flag after they trusted it.
 //!
 //! Under x86-TSO a `lock`ed instruction acts on memory with the store buffer drained; the
 //! producer's plain `add` reads its own latest version (from memory or its own store buffer), so
@@ -104,7 +104,7 @@
 //! the store then overwrites the flag. The waiter cannot tell from the memory model how long
 //! that window lasts. It can tell from the clock: every interrupt return (`iret`) is a full
 //! barrier, and interrupts reach every CPU several times a second (the HZ tick, 250 Hz here).
-//! So, as the seed argues, once the flag has stood unchanged for one second, no store of the
+//! So, as that post argues, once the flag has stood unchanged for one second, no store of the
 //! producer that could overwrite it is still in flight, and the next signal will see it.
 //!
 //! A waiter therefore: spins; flips the flag; spins; then, for one second after the flip (the
@@ -112,7 +112,7 @@
 //! 4, … ms) and re-checks after each; only then does it block on the futex with the caller's
 //! deadline alone. If a signal overwrote its flag, the waiter notices within one timeout, so a
 //! lost flag costs latency, never a hang. This relies on interrupts: a core isolated with
-//! `nohz_full` running one thread may not take one for longer (see the seed); use the
+//! `nohz_full` running one thread may not take one for longer (see that post); use the
 //! multi-producer [`EventCount`] there.
 //!
 //! The single-producer contract is in the types: [`SpEventCount::producer`] hands out one
@@ -120,11 +120,10 @@
 //! is dropped (the drop and the next hand-out synchronise through an atomic flag, so the next
 //! producer sees the last version).
 //!
-//! The overwritten flag is real. With the one-second window removed (the waiter trusting its
-//! flag at once), the stress test `tests/eventcount.rs` lost 3 wake-ups in 3·10^7 signals on
-//! the lab's 2-vCPU machine when the producer used an unlocked `xadd`; with today's `add`, whose
-//! read-modify-write window is evidently narrower there, it lost none in 2.3·10^8. The memory
-//! model does not exclude the race, so the window stays; with it, no run has lost a wake-up.
+//! The overwritten flag is real: with the one-second window removed (the waiter trusting its
+//! flag at once), the stress test `tests/eventcount.rs` has lost wake-ups when the producer
+//! used an unlocked `xadd`. The memory model does not exclude the race for today's `add`
+//! either, so the window stays; with it, no run of the stress test has lost a wake-up.
 //!
 //! On other architectures, and in the loom build, the producer uses the multi-producer
 //! `fetch_add` (the protocol above), which is correct everywhere.

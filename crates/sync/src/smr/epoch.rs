@@ -54,7 +54,7 @@
 //! ```
 //!
 //! No `lock`ed instruction and no `mfence`: under x86-TSO the reload may be satisfied before
-//! the `state` store leaves the store buffer (store→load reordering, the seed's FSSF case).
+//! the `state` store leaves the store buffer (store→load reordering: the FSSF case).
 //! The cold side repairs that with a process-wide barrier, below. (`Release` on the `state`
 //! stores costs nothing on x86; it makes the C++-model argument go through for a reader that
 //! unpins and re-pins between two scans.)
@@ -128,9 +128,9 @@
 //! collects are too far apart for the ticket to be checked within them.
 //!
 //! A reader that is merely *preempted* while pinned stops advances until it runs again: on an
-//! oversubscribed machine, every pinned reader must be scheduled between two advances. In the
-//! lab's read-mostly workload (3 readers and a writer on 2 CPUs) that held tens of thousands
-//! of nodes, like crossbeam-epoch and seize; hazard pointers held under a hundred.
+//! oversubscribed machine, every pinned reader must be scheduled between two advances. The
+//! lab's read-mostly workload (more readers than CPUs) shows it: epoch schemes, ours and the
+//! peers', hold orders of magnitude more garbage there than hazard pointers.
 //!
 //! **A stalled reader makes garbage unbounded.** A reader pinned in epoch `e` that stops
 //! running (preempted, descheduled, stopped in a debugger) stops every advance past `e + 1`,

@@ -71,7 +71,7 @@
 //! re-load followed `P` it would see `U` (visible before `B` began); so it precedes `P`, and
 //! so does `R`'s slot store, which therefore was visible at `S`: `X` is protected and kept. (A
 //! reader that changed its slot between its `protect` and `S` is no longer protecting `X`, by
-//! contract.) Without the barrier this is the seed's FSSF: the slot store delayed in `R`'s
+//! contract.) Without the barrier this is the FSSF interleaving: the slot store delayed in `R`'s
 //! store buffer past `S`, the re-load executed early.
 //!
 //! **Orderings, in the C++ model** (loom). The scan's `Acquire` loads read either a reader's

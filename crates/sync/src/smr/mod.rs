@@ -1,13 +1,13 @@
 //! Safe memory reclamation with fence-free readers: epoch-based reclamation ([`epoch`]) and
 //! hazard pointers ([`hazard`]).
 //!
-//! Both schemes solve the same problem (seed 000, lines 180–300): a writer unlinks an object
-//! from a shared structure and must learn when no reader can still be looking at it. In both,
+//! Both schemes solve the same problem (Paul Khuong, "Preemption Is GC for Memory
+//! Reordering", 2019): a writer unlinks an object from a shared structure and must learn when no reader can still be looking at it. In both,
 //! the reader *publishes* something (its epoch, or the pointer it is about to follow) and then
 //! *re-checks* that the thing it published is still current; the writer *overwrites* (advances
 //! the epoch, unlinks the pointer) and then *scans* what readers published. Under sequential
 //! consistency that is enough. Under x86-TSO the reader's re-check (a load) may execute before
-//! its publication (a store) leaves the store buffer — the seed's "FSSF" interleaving, where
+//! its publication (a store) leaves the store buffer — the "FSSF" interleaving of Paul Khuong's "Preemption Is GC for Memory Reordering" (2019), where
 //! the writer's overwrite and scan both fall between the reader's store and its load:
 //!
 //! ```text
@@ -39,43 +39,17 @@
 //!
 //! Which barrier the cold side uses is a constructor option ([`Barrier`]).
 //!
-//! # Figures
+//! # What it costs
 //!
-//! One quick run of `spindle lab` (2026-11-21) on the development VM (AMD EPYC Zen 5, 2 vCPUs,
-//! Linux 6.18, HZ 250; prepaid source eBPF): medians over 42 interleaved trials. Run
-//! `cargo run --release -- lab smr` for your machine's.
-//!
-//! | one thread: protect one pointer and let go | ns |
-//! |---|---:|
-//! | plain load of the shared pointer + store to a slot (floor) | 0.26 |
-//! | [`hazard::HazardPointer::protect`] + `reset` | 0.40 |
-//! | [`epoch::LocalHandle::pin`] + load + unpin | 0.80 |
-//! | [`epoch::pin`] (thread-local handle) + load + unpin | 0.97 |
-//! | crossbeam-epoch `pin` + load + drop (handle / thread-local) | 6.52 / 6.79 |
-//! | haphazard `protect_ptr` + `reset_protection` (an `mfence` each) | 6.97 |
-//! | seize `enter` + `protect` + drop | 6.98 |
-//!
-//! The lab's claims "read side ≤ 1.5 × the floor": **violated** for epochs (3.0 ×) and
-//! **undecided** for hazard pointers (median 1.51 ×, within the bound in 16 of 42 trials; in
-//! an earlier run of the same day it was 2.0 ×, violated: at 0.7 TSC ticks per iteration for
-//! the floor, code placement moves these ratios). A protected read needs a publication, a
-//! re-check and a withdrawal (two stores, two loads) where the floor has one load and one
-//! store, and an epoch guard also keeps a nesting count (so guards may be dropped in any
-//! order) and checks whether it outlived its handle. "Epoch pin ≥ 5 × cheaper than
-//! crossbeam-epoch's" **holds** (median ratio 0.123).
-//!
-//! | 3 readers + 1 writer on 2 CPUs, 64 nodes, 100 ms runs | reader Mops/s | writer k/s | peak garbage (nodes, median / max) |
-//! |---|---:|---:|---:|
-//! | Spindle epoch, advances pay `heavy()` | 447 | 2 759 | 164 352 / 188 032 |
-//! | Spindle epoch, advances wait for prepaid tickets | 443 | 2 783 | 161 984 / 188 416 |
-//! | Spindle hazard pointers | 452 | 2 555 | 69 / 69 |
-//! | crossbeam-epoch | 96 | 3 280 | 151 955 / 207 040 |
-//! | haphazard | 109 | 2 024 | 1 000 / 1 000 |
-//! | seize | 95 | 4 379 | 81 824 / 141 152 |
-//!
-//! Readers are 4.1–4.7 × faster than with any peer. Epoch garbage is large on an
-//! oversubscribed machine for every epoch-like scheme (a reader preempted while pinned stops
-//! advances until it runs again, see [`epoch`]); hazard pointers keep it at their bound.
+//! A protected read is a publication, a re-check and a withdrawal (two stores, two loads)
+//! where an unprotected one is a load, and an epoch guard also keeps a nesting count (so
+//! guards may be dropped in any order) and checks whether it outlived its handle; neither
+//! executes a fence or a locked instruction. The lab's `smr` experiment measures both against a
+//! plain load + store and against crossbeam-epoch, haphazard and seize (whose readers fence),
+//! and runs a read-mostly workload that also records the writer's throughput and the peak of
+//! unreclaimed garbage; `docs/results.md` has the figures per machine. Epoch garbage is large
+//! on an oversubscribed machine for every epoch-like scheme (a reader preempted while pinned
+//! stops advances until it runs again, see [`epoch`]); hazard pointers keep it at their bound.
 
 pub mod epoch;
 pub mod hazard;
