@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::exec::CommandLine;
 use crate::exit::CliResult;
@@ -43,10 +43,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the lab: reproduce Spindle's performance claims on this machine and write a report.
-    #[command(
-        after_help = "Examples:\n  spindle lab                 every experiment, quick profile\n  spindle lab contention --full\n  spindle lab --list\n\nThe report lands in spindle-report/ (results.json and index.html)."
-    )]
+    /// Run the lab: reproduce Spindle's performance claims on this machine, side by side with
+    /// the alternatives, and write a report.
     Lab(LabArgs),
     /// Test a success-rate objective: run a command until the CSM decides whether
     /// "at least RATE of runs succeed".
@@ -80,20 +78,20 @@ enum Command {
 struct LabArgs {
     /// Experiments to run (default: all). See --list.
     experiments: Vec<String>,
-    /// Quick profile (the default): the whole lab in a few minutes.
+    /// Quick profile (the default): the whole lab in about three minutes.
     #[arg(long, conflicts_with = "full")]
     quick: bool,
-    /// Full profile: bigger samples and budgets, for publishable figures.
+    /// Full profile: six times the quick budgets, for figures worth publishing.
     #[arg(long)]
     full: bool,
-    /// List the experiments and exit.
+    /// List the experiments, with their references, and exit.
     #[arg(long)]
     list: bool,
-    /// Print results.json to stdout instead of the terminal summary.
+    /// Print results.json to stdout instead of the summary (progress still goes to stderr).
     #[arg(long)]
     json: bool,
     /// Report directory.
-    #[arg(long, default_value = "spindle-report")]
+    #[arg(long, value_name = "DIR", default_value = "spindle-report")]
     out: PathBuf,
     /// False-positive rate of each claim's verdict.
     #[arg(long, default_value = "1e-3", value_parser = eps_parser)]
@@ -101,10 +99,19 @@ struct LabArgs {
     /// Seed for the order of variants within trials (default: from the clock).
     #[arg(long)]
     seed: Option<u64>,
-    /// Hide progress bars.
+    /// No progress display.
     #[arg(long, short)]
     quiet: bool,
-    /// Tiny sizes that only check that everything runs (figures are meaningless).
+    /// Exit 1 when a guarantee (Spindle's promise about its own code) is violated.
+    #[arg(long)]
+    strict: bool,
+    /// An earlier run's results.json: show each median's ratio to that run's (unpaired).
+    #[arg(long, value_name = "RESULTS_JSON")]
+    baseline: Option<PathBuf>,
+    /// Render these results.json files (one per machine) as Markdown on stdout, and exit.
+    #[arg(long, value_name = "RESULTS_JSON", num_args = 1.., conflicts_with_all = ["baseline", "list", "json"])]
+    markdown: Vec<PathBuf>,
+    /// Tiny budgets that only check that everything runs (figures are meaningless).
     #[arg(long, hide = true, conflicts_with_all = ["quick", "full"])]
     smoke: bool,
 }
@@ -249,14 +256,22 @@ fn run(cli: Cli) -> CliResult<u8> {
     match cli.command {
         Command::Lab(a) => lab::run(lab::LabCli {
             experiments: a.experiments,
-            full: a.full,
-            smoke: a.smoke,
+            profile: if a.smoke {
+                spindle_lab::Profile::Smoke
+            } else if a.full {
+                spindle_lab::Profile::Full
+            } else {
+                spindle_lab::Profile::Quick
+            },
             list: a.list,
             json: a.json,
             out: a.out,
             eps: a.eps,
             seed: a.seed,
             quiet: a.quiet,
+            strict: a.strict,
+            baseline: a.baseline,
+            markdown: a.markdown,
         }),
         Command::Slo(a) => {
             if a.max_runs == 0 {
@@ -338,7 +353,12 @@ fn restore_default_sigpipe() {
 
 fn main() -> ExitCode {
     restore_default_sigpipe();
-    let cli = match Cli::try_parse() {
+    // The lab's --help states time bounds computed from its catalogue.
+    let command = Cli::command().mut_subcommand("lab", |c| c.after_help(lab::after_help()));
+    let cli = match command
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
         Ok(cli) => cli,
         Err(e) => {
             // --help and --version are not errors; everything else clap rejects is a usage error.

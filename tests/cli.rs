@@ -260,25 +260,50 @@ fn a_closed_pipe_is_not_a_panic() {
 }
 
 #[test]
-fn lab_lists_and_smoke_runs_with_a_complete_report() {
+fn lab_lists_its_experiments_with_their_references() {
     let out = spindle(&["lab", "--list"]);
     assert_eq!(code(&out), 0);
-    assert!(stdout(&out).contains("contention"));
-
-    let dir = std::env::temp_dir().join(format!("spindle-lab-test-{}", std::process::id()));
-    let out = spindle(&[
-        "lab",
+    let text = stdout(&out);
+    for name in [
         "contention",
-        "--smoke",
-        "--json",
-        "--out",
-        dir.to_str().unwrap(),
-    ]);
+        "eventcount",
+        "locks",
+        "fences",
+        "smr",
+        "affinity",
+        "spawn",
+        "sampler",
+    ] {
+        assert!(text.contains(name), "{name} missing: {text}");
+    }
+    assert!(
+        text.contains("Martin Thompson") && !text.contains("seed"),
+        "{text}"
+    );
+}
+
+#[test]
+fn lab_help_states_the_time_bounds_and_exit_codes() {
+    let out = spindle(&["lab", "--help"]);
+    assert_eq!(code(&out), 0);
+    let text = stdout(&out);
+    assert!(text.contains("quick profile takes at most"), "{text}");
+    assert!(text.contains("--strict") && text.contains("130"), "{text}");
+}
+
+/// Every experiment runs to the end in the smoke profile, and the report on disk, the JSON on
+/// stdout, the Markdown rendering and a baseline comparison all agree on what ran.
+#[test]
+fn lab_smoke_runs_every_experiment_with_a_complete_report() {
+    let dir = std::env::temp_dir().join(format!("spindle-lab-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = spindle(&["lab", "--smoke", "--json", "--out", dir.to_str().unwrap()]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let v = json(&out);
     let machine = &v["machine"];
     for key in [
         "cpu_model",
+        "microarchitecture",
         "cpus_online",
         "kernel",
         "hz",
@@ -287,32 +312,108 @@ fn lab_lists_and_smoke_runs_with_a_complete_report() {
         "membarrier_mask",
         "rseq",
         "perf_counters",
+        "anomalies",
     ] {
         assert!(machine.get(key).is_some(), "machine.{key} missing");
     }
-    let e = &v["experiments"][0];
-    assert_eq!(e["name"], "contention");
-    assert_eq!(e["variants"].as_array().unwrap().len(), 12);
-    let claims = e["claims"].as_array().unwrap();
-    assert!(claims.len() >= 3);
-    for c in claims {
-        let verdict = c["verdict"].as_str().unwrap();
-        assert!(["holds", "violated", "undecided"].contains(&verdict));
-        assert!(c["trials"].as_u64().unwrap() >= 1);
+    assert_eq!(v["state"], "complete");
+    assert_eq!(v["schema"], 2);
+    let experiments = v["experiments"].as_array().unwrap();
+    assert_eq!(experiments.len(), 8, "{:?}", v["failures"]);
+    let contention = &experiments[0];
+    assert_eq!(contention["name"], "contention");
+    assert_eq!(
+        contention["sections"][0]["variants"]
+            .as_array()
+            .unwrap()
+            .len(),
+        12
+    );
+    let mut kinds = std::collections::HashSet::new();
+    for e in experiments {
+        assert!(e["trials"].as_u64().unwrap() >= 1, "{}", e["name"]);
+        for c in e["claims"].as_array().unwrap() {
+            assert!(["holds", "violated", "undecided"].contains(&c["verdict"].as_str().unwrap()));
+            kinds.insert(c["kind"].as_str().unwrap().to_string());
+        }
+        for s in e["sections"].as_array().unwrap() {
+            for var in s["variants"].as_array().unwrap() {
+                let m = &var["metrics"][0];
+                assert_eq!(
+                    m["values"].as_array().unwrap().len() as u64,
+                    e["trials"].as_u64().unwrap()
+                );
+            }
+        }
     }
-    assert_eq!(v["partial"], false);
+    assert!(
+        kinds.contains("guarantee") && kinds.contains("reproduction"),
+        "{kinds:?}"
+    );
 
     // The files on disk say the same, and the page is self-contained.
+    let results = dir.join("results.json");
     let saved: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
     assert_eq!(saved["experiments"][0]["name"], "contention");
+    assert_eq!(saved["state"], "complete");
     let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
-    assert!(html.contains("<svg") && html.contains("contention"));
-    // Nothing is fetched: no external sources, stylesheets or scripts.
+    assert!(html.contains("<svg") && html.contains("How to read this report"));
+    assert!(html.find("How to read").unwrap() < html.find("id=\"contention\"").unwrap());
     assert!(
         !html.contains("src=\"http") && !html.contains("href=\"http") && !html.contains("<link")
     );
+    assert!(!dir.join("index.partial.html").exists());
+
+    // Markdown from the saved file.
+    let out = spindle(&["lab", "--markdown", results.to_str().unwrap()]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let md = stdout(&out);
+    assert!(
+        md.starts_with("# Spindle lab results")
+            && md.contains("## Guarantees")
+            && md.contains("### sampler"),
+        "{md}"
+    );
+
+    // A second run, compared with the first: every median gets an unpaired ratio; the first
+    // (complete) report is replaced only because the second completes.
+    let out = spindle(&[
+        "lab",
+        "contention",
+        "--smoke",
+        "--quiet",
+        "--out",
+        dir.to_str().unwrap(),
+        "--baseline",
+        results.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stdout(&out).contains("vs baseline run"), "{}", stdout(&out));
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn lab_refuses_bad_input_with_usage_errors() {
+    let out = spindle(&["lab", "--smoke", "no-such-experiment"]);
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("unknown experiment"),
+        "{}",
+        stderr(&out)
+    );
+    let out = spindle(&["lab", "--smoke", "--baseline", "/nonexistent/results.json"]);
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert!(stderr(&out).contains("cannot read"), "{}", stderr(&out));
+    let out = spindle(&["lab", "--markdown", "/etc/hostname"]);
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not JSON") || stderr(&out).contains("schema"),
+        "{}",
+        stderr(&out)
+    );
+    let out = spindle(&["lab", "--eps", "0.7"]);
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
 }
 
 #[test]
@@ -324,4 +425,45 @@ fn lab_refuses_an_unwritable_report_directory_before_measuring() {
         "{}",
         stderr(&out)
     );
+}
+
+/// An interrupted run keeps what it measured and leaves a complete earlier report in place.
+#[test]
+fn lab_interrupted_keeps_the_previous_complete_report() {
+    let dir = std::env::temp_dir().join(format!("spindle-lab-int-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = spindle(&[
+        "lab",
+        "spawn",
+        "--smoke",
+        "--quiet",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let before = std::fs::read_to_string(dir.join("results.json")).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_spindle"))
+        .args(["lab", "--quiet", "--out", dir.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    // SIGINT, as Ctrl-C sends it.
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(code(&out), 130, "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("results.json")).unwrap(),
+        before,
+        "the complete report was overwritten"
+    );
+    let partial: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.partial.json")).unwrap())
+            .unwrap();
+    assert_eq!(partial["state"], "interrupted");
+    assert!(stdout(&out).contains("earlier run"), "{}", stdout(&out));
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -1,40 +1,92 @@
 //! # spindle-lab: reproduce every performance claim on the user's own machine
 //!
-//! The lab runs *experiments*. An experiment measures *variants* — Spindle's primitives and the
-//! peers a user would otherwise pick — in *trials* that run every variant once in a random order,
-//! and states *claims* about ratios between variants measured in the same trial. A CSM
-//! [`spindle_stats::Driver`] decides each claim with a bounded false-positive rate: holds,
+//! The lab runs *experiments*. An experiment declares *sections* of *variants* — Spindle's
+//! primitives, the peers a user would otherwise pick, and floors — and what one run of a
+//! variant measures (any number of named metrics). The [runner](runner) measures them in
+//! *trials* that run every variant once in a random order, and decides *claims* about ratios
+//! between variants measured in the same trial with a CSM [`spindle_stats::Driver`]: holds,
 //! violated, or undecided (never rounded to a pass).
 //!
-//! Every result carries a [`Machine`] fingerprint, and a run writes `results.json` and a
-//! self-contained `index.html` (tables and SVG charts) after *each* experiment, so an
-//! interrupted run keeps what it measured.
+//! Claims are of two kinds. A **guarantee** is Spindle's promise about its own code; a
+//! violation is a defect. A **reproduction** re-measures a figure of a source document; its
+//! verdict says whether this machine agrees with the document's.
+//!
+//! Every result carries a [`Machine`] fingerprint. A run writes `results.json` and a
+//! self-contained `index.html` while it runs (atomically, every few seconds), and never
+//! overwrites a complete earlier report in the same directory until it is complete itself.
 //!
 //! | module | job |
 //! |---|---|
-//! | [`machine`] | CPU, kernel, HZ, clocksource, TSC rate, membarrier, rseq, perf counters |
-//! | [`sys`] | TSC, pinning, feature probes |
-//! | [`harness`] | threads released together, interleaved trials, claims and their verdicts |
+//! | [`spec`] | how an experiment is declared: sections, metrics, variants, samples, claims |
+//! | [`runner`] | budgets, calibration, interleaved trials, drivers, snapshots |
+//! | [`kit`] | cache padding, timed spans, thread groups, calibration, medians |
 //! | [`experiments`] | the catalogue, one file per experiment |
-//! | [`report`] | JSON, HTML with SVG charts, terminal summary |
+//! | [`results`] | the schema of `results.json` |
+//! | [`report`] | HTML with SVG charts, terminal summary, Markdown, baseline comparison |
+//! | [`machine`], [`sys`] | the fingerprint; TSC, pinning, feature probes |
+//!
+//! The library never prints: progress goes through the [`Progress`] trait, which the
+//! `spindle` binary implements with progress bars or log lines.
 
 pub mod experiments;
-pub mod harness;
+pub mod kit;
 pub mod machine;
+pub mod references;
 pub mod report;
+pub mod results;
+pub mod runner;
+pub mod spec;
 pub mod sys;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use spindle_stats::rng::SplitMix64;
 
-pub use experiments::ExperimentInfo;
-pub use harness::{Profile, Verdict};
 pub use machine::Machine;
-pub use report::{ExperimentFailure, ExperimentResult, LabReport};
+pub use results::{
+    ClaimKind, ClaimResult, ExperimentResult, LabReport, Profile, RunState, Verdict,
+};
+pub use spec::Info;
+
+/// The commit this binary was built from, recorded by the build script.
+pub const COMMIT: &str = env!("SPINDLE_COMMIT");
+
+/// Where an experiment stands, for progress displays.
+#[derive(Clone, Copy, Debug)]
+pub struct Status<'a> {
+    /// "calibrating …", "trials", or an experiment's own setup step.
+    pub phase: &'a str,
+    pub trials: u64,
+    pub elapsed: Duration,
+    pub budget: Duration,
+    pub claims_decided: usize,
+    pub claims: usize,
+}
+
+/// What the lab tells its user while it runs. Every method has a silent default.
+pub trait Progress: Sync {
+    /// The fingerprint is being taken (about a second).
+    fn fingerprinting(&self) {}
+    /// The experiments about to run, with their time budgets.
+    fn lab_started(&self, _plan: &[(&'static str, Duration)]) {}
+    fn experiment_started(&self, _index: usize, _info: &Info, _budget: Duration) {}
+    fn status(&self, _experiment: &str, _status: &Status) {}
+    /// A claim's verdict is known (or, at the end of its experiment, known to be undecided).
+    fn claim_decided(&self, _experiment: &str, _claim: &ClaimResult) {}
+    fn experiment_finished(&self, _result: &ExperimentResult) {}
+    fn experiment_failed(&self, _name: &str, _error: &str) {}
+    /// Polled between runs: true stops the lab after the current run, keeping what it
+    /// measured (the binary sets it on Ctrl-C).
+    fn stop_requested(&self) -> bool {
+        false
+    }
+}
+
+/// A [`Progress`] that says nothing.
+pub struct Silent;
+impl Progress for Silent {}
 
 /// What to run and where to write.
 #[derive(Clone, Debug)]
@@ -46,10 +98,10 @@ pub struct LabOptions {
     pub eps: f64,
     /// Report directory.
     pub out: PathBuf,
-    /// No progress bars.
-    pub quiet: bool,
     /// Seed for the order of variants within trials (default: from the clock).
     pub seed: Option<u64>,
+    /// An earlier `results.json` to compare medians with (unpaired).
+    pub baseline: Option<PathBuf>,
 }
 
 /// Problems that stop the lab before it measures anything.
@@ -60,7 +112,7 @@ pub enum LabError {
         name: String,
         known: Vec<&'static str>,
     },
-    /// An option out of range.
+    /// An option out of range, or a baseline file that cannot be used.
     BadOption(String),
     /// The report directory cannot be created or written.
     Output(String),
@@ -69,13 +121,11 @@ pub enum LabError {
 impl std::fmt::Display for LabError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            LabError::UnknownExperiment { name, known } => {
-                write!(
-                    f,
-                    "unknown experiment '{name}' (available: {}; see --list)",
-                    known.join(", ")
-                )
-            }
+            LabError::UnknownExperiment { name, known } => write!(
+                f,
+                "unknown experiment '{name}' (available: {}; see --list)",
+                known.join(", ")
+            ),
             LabError::BadOption(m) | LabError::Output(m) => f.write_str(m),
         }
     }
@@ -83,23 +133,43 @@ impl std::fmt::Display for LabError {
 
 impl std::error::Error for LabError {}
 
-/// A finished lab run.
+/// A finished (or interrupted) lab run.
 pub struct LabOutcome {
     pub report: LabReport,
-    /// Files written.
+    /// Files written last.
     pub files: Vec<PathBuf>,
+    /// A complete report from an earlier run that was left in place because this run did not
+    /// complete (its path).
+    pub kept_previous: Option<PathBuf>,
     /// Set when the report could not be (re)written at some point; the results are still in
     /// `report`.
     pub write_error: Option<String>,
 }
 
 /// The experiments the lab knows, in run order.
-pub fn catalogue() -> Vec<ExperimentInfo> {
+pub fn catalogue() -> Vec<Info> {
     experiments::all().iter().map(|e| e.info()).collect()
 }
 
-/// Runs the selected experiments, writing the report after each one.
-pub fn run(options: &LabOptions) -> Result<LabOutcome, LabError> {
+/// Upper bound on a whole lab run in `profile`, fingerprint included (the sum of the
+/// experiments' budgets plus a few seconds).
+pub fn time_bound(profile: Profile) -> Duration {
+    catalogue()
+        .iter()
+        .map(|i| runner::budget(profile, i))
+        .sum::<Duration>()
+        + Duration::from_secs(5)
+}
+
+/// Reads an earlier run's `results.json`.
+pub fn read_report(path: &Path) -> Result<LabReport, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    LabReport::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Runs the selected experiments, writing the report as results come in.
+pub fn run(options: &LabOptions, progress: &dyn Progress) -> Result<LabOutcome, LabError> {
     if !(options.eps > 0.0 && options.eps < 0.5) {
         return Err(LabError::BadOption(format!(
             "eps = {} is outside (0, 0.5)",
@@ -122,120 +192,185 @@ pub fn run(options: &LabOptions) -> Result<LabOutcome, LabError> {
             options.experiments.is_empty() || options.experiments.iter().any(|n| n == e.info().name)
         })
         .collect();
+    let baseline = match &options.baseline {
+        Some(p) => Some((p.clone(), read_report(p).map_err(LabError::BadOption)?)),
+        None => None,
+    };
     // Fail before measuring anything if the report cannot be written.
-    check_writable(&options.out)?;
+    let writer = report::ReportWriter::open(&options.out).map_err(LabError::Output)?;
 
-    let multi = MultiProgress::with_draw_target(if options.quiet {
-        ProgressDrawTarget::hidden()
-    } else {
-        ProgressDrawTarget::stderr()
-    });
-    let spinner = multi.add(ProgressBar::new_spinner());
-    spinner.set_message("fingerprinting the machine (TSC rate, HZ, kernel features)");
-    spinner.enable_steady_tick(Duration::from_millis(100));
+    let lab_start = Instant::now();
+    progress.fingerprinting();
     let machine = Machine::detect();
-    spinner.finish_and_clear();
-
     let started_unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let mut report = LabReport {
-        tool: "spindle",
-        version: env!("CARGO_PKG_VERSION"),
+        schema: results::SCHEMA,
+        tool: "spindle".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        commit: COMMIT.into(),
         started_unix,
-        started_utc: report::utc_string(started_unix),
+        started_utc: results::utc_string(started_unix),
+        lab_seconds: 0.0,
         profile: options.profile,
         eps: options.eps,
+        state: RunState::Running,
         machine,
+        baseline: baseline.as_ref().map(|(p, b)| results::BaselineInfo {
+            path: p.display().to_string(),
+            started_utc: b.started_utc.clone(),
+            machine: b.machine.one_line(),
+            commit: b.commit.clone(),
+        }),
         experiments: Vec::new(),
         failures: Vec::new(),
-        partial: true,
     };
-    let overall = multi.add(ProgressBar::new(selected.len() as u64));
-    overall.set_style(
-        ProgressStyle::with_template("{prefix:>10} [{bar:20}] {pos}/{len} experiments  {msg}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    overall.set_prefix("lab");
+    let plan: Vec<(&'static str, Duration)> = selected
+        .iter()
+        .map(|e| (e.info().name, runner::budget(options.profile, &e.info())))
+        .collect();
+    progress.lab_started(&plan);
     let mut rng = options
         .seed
         .map(SplitMix64::new)
         .unwrap_or_else(SplitMix64::from_entropy);
-    let mut files = Vec::new();
     let mut write_error = None;
+    let mut files = Vec::new();
+    report.lab_seconds = lab_start.elapsed().as_secs_f64();
+    match writer.write(&report) {
+        Ok(f) => files = f,
+        Err(e) => write_error = Some(e),
+    }
 
-    for experiment in &selected {
-        let info = experiment.info();
-        overall.set_message(format!("{} — {}", info.name, info.title));
-        let bar = multi.add(ProgressBar::new(1));
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{prefix:>10} [{bar:20}] {pos}/{len} trials  {elapsed}  {msg}",
-            )
-            .expect("valid template")
-            .progress_chars("=> "),
-        );
-        bar.set_prefix(info.name);
-        let mut ctx = harness::Ctx {
-            profile: options.profile,
-            eps: options.eps,
-            machine: &report.machine,
-            progress: bar.clone(),
-            rng: SplitMix64::new(rng.next_u64()),
-        };
-        // A panicking experiment must not take the others' results with it.
-        let result = catch_unwind(AssertUnwindSafe(|| experiment.run(&mut ctx)));
-        bar.finish_and_clear();
-        multi.remove(&bar);
-        match result {
-            Ok(Ok(r)) => report.experiments.push(r),
-            Ok(Err(e)) => report.failures.push(ExperimentFailure {
-                name: info.name.into(),
-                error: e,
-            }),
-            Err(panic) => report.failures.push(ExperimentFailure {
-                name: info.name.into(),
-                error: format!("panicked: {}", panic_message(&panic)),
-            }),
+    for (index, experiment) in selected.iter().enumerate() {
+        if progress.stop_requested() {
+            break;
         }
-        overall.inc(1);
-        // Save after every experiment: an interrupted run keeps what it measured.
-        match report::write_report(&options.out, &report) {
+        let info = experiment.info();
+        progress.experiment_started(index, &info, runner::budget(options.profile, &info));
+        let mut session = RunSession {
+            progress,
+            report: &report,
+            writer: &writer,
+            baseline: baseline.as_ref().map(|b| &b.1),
+            latest: None,
+            write_error: None,
+            lab_start,
+        };
+        let seed = rng.next_u64();
+        let outcome = {
+            let mut ctx = runner::Ctx::new(
+                &report.machine,
+                options.profile,
+                options.eps,
+                info,
+                seed,
+                &mut session,
+            );
+            // A panicking experiment must not take the others' results with it.
+            let r = catch_unwind(AssertUnwindSafe(|| experiment.run(&mut ctx)));
+            (r, ctx.result.take())
+        };
+        let latest = session.latest.take();
+        if let Some(e) = session.write_error.take() {
+            write_error = Some(e);
+        }
+        let failure = match outcome {
+            (Ok(Ok(())), Some(mut result)) => {
+                annotate(&mut result, baseline.as_ref().map(|b| &b.1));
+                progress.experiment_finished(&result);
+                report.experiments.push(result);
+                None
+            }
+            (Ok(Ok(())), None) => {
+                Some("the experiment measured nothing (it never called measure)".to_string())
+            }
+            (Ok(Err(e)), _) => Some(e),
+            (Err(panic), _) => Some(format!("panicked: {}", panic_message(&panic))),
+        };
+        if let Some(error) = failure {
+            progress.experiment_failed(info.name, &error);
+            // Keep what it measured before it failed.
+            if let Some(mut partial) = latest {
+                partial.complete = false;
+                partial.stop_reason = format!("failed: {error}");
+                report.experiments.push(partial);
+            }
+            report.failures.push(results::ExperimentFailure {
+                name: info.name.into(),
+                error,
+            });
+        }
+        report.lab_seconds = lab_start.elapsed().as_secs_f64();
+        match writer.write(&report) {
             Ok(f) => files = f,
             Err(e) => write_error = Some(e),
         }
     }
-    overall.finish_and_clear();
-    report.partial = false;
-    match report::write_report(&options.out, &report) {
-        Ok(f) => files = f,
-        Err(e) => write_error = Some(e),
+
+    let interrupted = progress.stop_requested();
+    if !interrupted {
+        report.machine.remeasure_at_end();
     }
+    report.state = if interrupted {
+        RunState::Interrupted
+    } else {
+        RunState::Complete
+    };
+    report.lab_seconds = lab_start.elapsed().as_secs_f64();
+    let kept_previous = match writer.finish(&report) {
+        Ok(f) => {
+            files = f;
+            writer.kept_previous(&report)
+        }
+        Err(e) => {
+            write_error = Some(e);
+            None
+        }
+    };
     Ok(LabOutcome {
         report,
         files,
+        kept_previous,
         write_error,
     })
 }
 
-fn check_writable(dir: &Path) -> Result<(), LabError> {
-    std::fs::create_dir_all(dir).map_err(|e| {
-        LabError::Output(format!(
-            "cannot create report directory {}: {e}",
-            dir.display()
-        ))
-    })?;
-    let probe = dir.join(".spindle-write-test");
-    std::fs::write(&probe, b"").map_err(|e| {
-        LabError::Output(format!(
-            "cannot write into report directory {}: {e}",
-            dir.display()
-        ))
-    })?;
-    let _ = std::fs::remove_file(probe);
-    Ok(())
+/// Adds the `--baseline` comparison to a result.
+fn annotate(result: &mut ExperimentResult, baseline: Option<&LabReport>) {
+    if let Some(b) = baseline {
+        report::baseline::annotate(result, b);
+    }
+}
+
+struct RunSession<'a> {
+    progress: &'a dyn Progress,
+    report: &'a LabReport,
+    writer: &'a report::ReportWriter,
+    baseline: Option<&'a LabReport>,
+    latest: Option<ExperimentResult>,
+    write_error: Option<String>,
+    lab_start: Instant,
+}
+
+impl runner::Session for RunSession<'_> {
+    fn progress(&self) -> &dyn Progress {
+        self.progress
+    }
+
+    fn snapshot(&mut self, result: &ExperimentResult) {
+        let mut result = result.clone();
+        annotate(&mut result, self.baseline);
+        let mut report = self.report.clone();
+        report.experiments.push(result.clone());
+        report.lab_seconds = self.lab_start.elapsed().as_secs_f64();
+        if let Err(e) = self.writer.write(&report) {
+            self.write_error = Some(e);
+        }
+        self.latest = Some(result);
+    }
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {

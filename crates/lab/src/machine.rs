@@ -4,17 +4,24 @@
 use std::fs;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::sys;
 
 /// Facts about the machine and kernel, gathered once per lab run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Machine {
     /// CPU model name from /proc/cpuinfo.
     pub cpu_model: String,
     /// Family, model and stepping numbers (they tell CPU generations apart when the name does not).
     pub cpu_family_model: String,
+    /// `GenuineIntel`, `AuthenticAMD`, …
+    pub vendor: String,
+    pub family: Option<u32>,
+    pub model: Option<u32>,
+    /// The core generation, when family and model are in the lab's table (Zen 1–5, Skylake …
+    /// Granite Rapids).
+    pub microarchitecture: Option<String>,
     /// CPUs online.
     pub cpus_online: usize,
     /// CPUs this process may use (its affinity mask).
@@ -26,6 +33,13 @@ pub struct Machine {
     pub cache_line_round_trip_ns: Option<f64>,
     /// The two CPUs of that measurement.
     pub round_trip_cpus: Option<[usize; 2]>,
+    /// The same round trip measured again when the lab finished.
+    pub round_trip_end_ns: Option<f64>,
+    /// Fraction of the allowed CPUs' time spent busy (by anything) in 250 ms just before the
+    /// lab started.
+    pub cpu_busy_at_start: Option<f64>,
+    /// What in this fingerprint makes figures unlikely to transfer, in sentences.
+    pub anomalies: Vec<String>,
     /// Running under a hypervisor (the `hypervisor` CPU flag).
     pub virtualised: bool,
     /// The hypervisor's CPUID signature ("KVMKVMKVM", "Microsoft Hv", …), when virtualised.
@@ -103,8 +117,20 @@ impl Machine {
         let perf = sys::perf_counters();
         let allowed = sys::allowed_cpus();
         let pair = (allowed.len() >= 2).then(|| [allowed[0], allowed[1]]);
-        Machine {
+        let cpu_busy_at_start = cpu_busy(&allowed, Duration::from_millis(250));
+        let vendor = field("vendor_id").unwrap_or_else(|| "unknown".into());
+        let family = field("cpu family").and_then(|v| v.parse().ok());
+        let model = field("model").and_then(|v| v.parse().ok());
+        let stepping = field("stepping").and_then(|v| v.parse().ok());
+        let mut m = Machine {
             cpu_model: field("model name").unwrap_or_else(|| "unknown".into()),
+            microarchitecture: match (family, model) {
+                (Some(f), Some(m)) => microarchitecture(&vendor, f, m, stepping.unwrap_or(0)),
+                _ => None,
+            },
+            vendor,
+            family,
+            model,
             cpu_family_model: format!(
                 "family {} model {} stepping {}",
                 field("cpu family").unwrap_or_else(|| "?".into()),
@@ -116,6 +142,9 @@ impl Machine {
             threads_per_core: threads_per_core(),
             cache_line_round_trip_ns: pair.and_then(|[a, b]| sys::cache_line_round_trip_ns(a, b)),
             round_trip_cpus: pair,
+            round_trip_end_ns: None,
+            cpu_busy_at_start,
+            anomalies: Vec::new(),
             virtualised: has_flag("hypervisor"),
             hypervisor: if has_flag("hypervisor") {
                 sys::hypervisor_signature()
@@ -144,7 +173,159 @@ impl Machine {
             perf_counters_error: perf.err().map(describe_errno),
             root: rustix::process::geteuid().is_root(),
             memory_gib: meminfo_gib().unwrap_or(0.0),
+        };
+        m.anomalies = m.find_anomalies();
+        m
+    }
+
+    /// Measures the cache-line round trip again (at the end of a lab run) and flags a change.
+    pub fn remeasure_at_end(&mut self) {
+        if let Some([a, b]) = self.round_trip_cpus {
+            self.round_trip_end_ns = sys::cache_line_round_trip_ns(a, b);
         }
+        self.anomalies = self.find_anomalies();
+    }
+
+    /// Sentences about what makes this run's figures unlikely to transfer.
+    fn find_anomalies(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let (Some(ns), Some([a, b])) = (self.cache_line_round_trip_ns, self.round_trip_cpus) {
+            if ns > USUAL_ROUND_TRIP_NS.1 * 1.5 {
+                out.push(format!(
+                    "a cache line took {ns:.0} ns to go from CPU {a} to CPU {b} and back, far above the usual {:.0}–{:.0} ns: the two CPUs may be far apart (another socket) or share a physical core's time with other guests; every two-thread figure of this run is affected",
+                    USUAL_ROUND_TRIP_NS.0, USUAL_ROUND_TRIP_NS.1
+                ));
+            }
+            if let Some(end) = self.round_trip_end_ns {
+                if end > 2.0 * ns || end < 0.5 * ns {
+                    out.push(format!(
+                        "the cache-line round trip between CPUs {a} and {b} changed from {ns:.0} ns at the start to {end:.0} ns at the end of the run: the machine changed under the lab (vCPUs moved?)"
+                    ));
+                }
+            }
+        }
+        if !self.tsc_constant || !self.tsc_nonstop {
+            out.push(format!(
+                "the TSC is not {}: tick counts are not a clock here, and the lab's per-operation times may be off",
+                if !self.tsc_constant { "constant" } else { "kept running in idle states" }
+            ));
+        }
+        if let Some(busy) = self.cpu_busy_at_start {
+            if busy > 0.15 {
+                out.push(format!(
+                    "{:.0}% of the allowed CPUs' time was busy with other work just before the lab started: other load distorts every figure",
+                    busy * 100.0
+                ));
+            }
+        }
+        if self.clocksource != "tsc" && self.clocksource != "unknown" {
+            out.push(format!(
+                "the kernel's clocksource is {}, not tsc: reading the clock is slow, which inflates short timings",
+                self.clocksource
+            ));
+        }
+        out
+    }
+
+    /// "AMD EPYC (Zen 3)", or the model name with its family/model numbers when the
+    /// generation is not in the lab's table.
+    pub fn cpu_name(&self) -> String {
+        let name = self
+            .cpu_model
+            .replace("(R)", "")
+            .replace("(TM)", "")
+            .replace(" Processor", "")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        match &self.microarchitecture {
+            Some(u) => format!("{name} ({u})"),
+            None => format!("{name} ({})", self.cpu_family_model),
+        }
+    }
+
+    /// The fingerprint as (name, value) rows for reports.
+    pub fn facts(&self) -> Vec<(String, String)> {
+        let mut rows = vec![
+            ("CPU".to_string(), format!("{} — {} · {}", self.cpu_model, self.vendor, self.cpu_family_model)),
+            (
+                "microarchitecture".into(),
+                self.microarchitecture.clone().unwrap_or_else(|| "not in the lab's table".into()),
+            ),
+            (
+                "CPUs online / allowed".into(),
+                format!(
+                    "{} / {} ({} hardware thread(s) per core)",
+                    self.cpus_online,
+                    self.cpus_allowed.len(),
+                    self.threads_per_core
+                ),
+            ),
+            (
+                "virtualised".into(),
+                match (&self.hypervisor, self.virtualised) {
+                    (Some(h), true) => format!("yes ({h})"),
+                    (None, true) => "yes".into(),
+                    _ => "no".into(),
+                },
+            ),
+            ("kernel".into(), self.kernel.clone()),
+            (
+                "HZ".into(),
+                format!(
+                    "{} ({})",
+                    self.hz.map(|h| h.to_string()).unwrap_or_else(|| "?".into()),
+                    self.hz_source
+                ),
+            ),
+            ("preemption".into(), self.preemption.clone().unwrap_or_else(|| "unknown".into())),
+            (
+                "clocksource".into(),
+                format!("{} (available: {})", self.clocksource, self.clocksources_available),
+            ),
+            (
+                "TSC".into(),
+                format!(
+                    "{:.4} GHz measured against CLOCK_MONOTONIC · constant: {} · nonstop: {}",
+                    self.tsc_ghz, self.tsc_constant, self.tsc_nonstop
+                ),
+            ),
+            (
+                "cache-line round trip".into(),
+                match (self.cache_line_round_trip_ns, self.round_trip_cpus) {
+                    (Some(ns), Some([a, b])) => format!(
+                        "{ns:.0} ns between CPUs {a} and {b} at the start{} (median of 5 × 20 000 ping-pongs; usual: {:.0}–{:.0} ns)",
+                        self.round_trip_end_ns.map(|e| format!(", {e:.0} ns at the end")).unwrap_or_default(),
+                        USUAL_ROUND_TRIP_NS.0,
+                        USUAL_ROUND_TRIP_NS.1
+                    ),
+                    _ => "not measured (fewer than two CPUs, or pinning refused)".into(),
+                },
+            ),
+            (
+                "CPUs busy at start".into(),
+                self.cpu_busy_at_start
+                    .map(|b| format!("{:.0}% of the allowed CPUs' time, over 250 ms", b * 100.0))
+                    .unwrap_or_else(|| "unknown".into()),
+            ),
+            (
+                "membarrier".into(),
+                format!("mask {:#x}: {}", self.membarrier_mask, self.membarrier_commands.join(", ")),
+            ),
+            ("rseq".into(), self.rseq.map(|b| b.to_string()).unwrap_or_else(|| "unknown".into())),
+            (
+                "hardware perf counters".into(),
+                if self.perf_counters {
+                    "available".to_string()
+                } else {
+                    format!("no ({})", self.perf_counters_error.clone().unwrap_or_default())
+                },
+            ),
+            ("root".into(), self.root.to_string()),
+            ("memory".into(), format!("{:.1} GiB", self.memory_gib)),
+        ];
+        rows.retain(|(_, v)| !v.is_empty());
+        rows
     }
 
     /// One line for terminal headers.
@@ -155,7 +336,7 @@ impl Machine {
         };
         format!(
             "{} · {} CPUs{} · Linux {} · HZ {} · {} clocksource · TSC {:.3} GHz{round_trip}",
-            self.cpu_model,
+            self.cpu_name(),
             self.cpus_online,
             if self.virtualised { " (VM)" } else { "" },
             self.kernel.split_whitespace().next().unwrap_or("?"),
@@ -164,6 +345,91 @@ impl Machine {
             self.tsc_ghz
         )
     }
+}
+
+/// The range of cache-line round trips (ns) seen on the machines the lab was run on: Zen 5
+/// and Zen 3 guests 116–230 ns, a 16-core Emerald Rapids guest 385 ns. Far above it is flagged.
+const USUAL_ROUND_TRIP_NS: (f64, f64) = (100.0, 400.0);
+
+/// The core generation from CPUID family/model (decimal, as /proc/cpuinfo prints them).
+pub fn microarchitecture(vendor: &str, family: u32, model: u32, stepping: u32) -> Option<String> {
+    let name = match (vendor, family) {
+        ("AuthenticAMD", 0x17) => match model {
+            0x00..=0x07 | 0x10..=0x17 | 0x20..=0x2f => "Zen 1",
+            0x08 | 0x18 => "Zen+",
+            0x30..=0xaf => "Zen 2",
+            _ => return None,
+        },
+        ("AuthenticAMD", 0x19) => match model {
+            0x00..=0x0f | 0x20..=0x2f | 0x50..=0x5f => "Zen 3",
+            0x40..=0x4f => "Zen 3+",
+            0x10..=0x1f | 0x60..=0x7f => "Zen 4",
+            0xa0..=0xaf => "Zen 4c",
+            _ => return None,
+        },
+        ("AuthenticAMD", 0x1a) => "Zen 5",
+        ("GenuineIntel", 6) => match model {
+            26 | 30 | 46 => "Nehalem",
+            37 | 44 | 47 => "Westmere",
+            42 | 45 => "Sandy Bridge",
+            58 | 62 => "Ivy Bridge",
+            60 | 63 | 69 | 70 => "Haswell",
+            61 | 71 | 79 | 86 => "Broadwell",
+            78 | 94 | 142 | 158 | 165 | 166 => "Skylake family (Skylake … Comet Lake)",
+            85 => match stepping {
+                0..=4 => "Skylake-SP",
+                5..=7 => "Cascade Lake",
+                _ => "Cooper Lake",
+            },
+            106 | 108 => "Ice Lake-SP",
+            125 | 126 => "Ice Lake",
+            140 | 141 => "Tiger Lake",
+            151 | 154 => "Alder Lake",
+            183 | 186 | 191 => "Raptor Lake",
+            170 | 172 => "Meteor Lake",
+            143 => "Sapphire Rapids",
+            207 => "Emerald Rapids (Sapphire Rapids family)",
+            173 | 174 => "Granite Rapids",
+            175 => "Sierra Forest",
+            _ => return None,
+        },
+        _ => return None,
+    };
+    Some(name.to_string())
+}
+
+/// Fraction of the CPUs' time spent busy over `window`, from /proc/stat (user, nice, system,
+/// irq, softirq, steal over all fields but idle and iowait).
+fn cpu_busy(cpus: &[usize], window: Duration) -> Option<f64> {
+    fn snapshot(cpus: &[usize]) -> Option<(u64, u64)> {
+        let text = fs::read_to_string("/proc/stat").ok()?;
+        let (mut busy, mut total) = (0u64, 0u64);
+        for line in text.lines() {
+            let mut f = line.split_whitespace();
+            let name = f.next()?;
+            let Some(n) = name
+                .strip_prefix("cpu")
+                .and_then(|n| n.parse::<usize>().ok())
+            else {
+                continue;
+            };
+            if !cpus.contains(&n) {
+                continue;
+            }
+            let v: Vec<u64> = f.filter_map(|x| x.parse().ok()).collect();
+            if v.len() < 5 {
+                continue;
+            }
+            let all: u64 = v.iter().take(8).sum();
+            busy += all - v[3] - v[4];
+            total += all;
+        }
+        (total > 0).then_some((busy, total))
+    }
+    let (b0, t0) = snapshot(cpus)?;
+    std::thread::sleep(window);
+    let (b1, t1) = snapshot(cpus)?;
+    (t1 > t0).then(|| (b1 - b0) as f64 / (t1 - t0) as f64)
 }
 
 fn read_trimmed(path: &str) -> Option<String> {
@@ -349,6 +615,31 @@ mod tests {
     }
 
     #[test]
+    fn microarchitectures_of_the_machines_we_ran_on() {
+        assert_eq!(
+            microarchitecture("AuthenticAMD", 23, 1, 2).as_deref(),
+            Some("Zen 1")
+        );
+        assert_eq!(
+            microarchitecture("AuthenticAMD", 25, 1, 1).as_deref(),
+            Some("Zen 3")
+        );
+        assert_eq!(
+            microarchitecture("AuthenticAMD", 26, 2, 0).as_deref(),
+            Some("Zen 5")
+        );
+        assert!(microarchitecture("GenuineIntel", 6, 207, 2)
+            .unwrap()
+            .contains("Emerald Rapids"));
+        assert_eq!(
+            microarchitecture("GenuineIntel", 6, 85, 7).as_deref(),
+            Some("Cascade Lake")
+        );
+        assert_eq!(microarchitecture("GenuineIntel", 6, 1000, 0), None);
+        assert_eq!(microarchitecture("Other", 6, 85, 0), None);
+    }
+
+    #[test]
     fn detect_fills_the_basics() {
         let m = Machine::detect();
         assert!(m.cpus_online >= 1);
@@ -356,5 +647,9 @@ mod tests {
         assert!(m.tsc_ghz > 0.1);
         assert!(!m.kernel.is_empty());
         assert!(m.one_line().contains("CPUs"));
+        assert!(m.facts().iter().any(|(k, _)| k == "TSC"));
+        if let Some(b) = m.cpu_busy_at_start {
+            assert!((0.0..=1.0).contains(&b), "{b}");
+        }
     }
 }

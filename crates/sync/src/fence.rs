@@ -1,6 +1,6 @@
 //! Asymmetric fences: a free [`light`] fence on the hot path, paid for by a process-wide
-//! [`heavy`] barrier on the cold path (seed 000, lines 180–455; folly's
-//! `asymmetricLightBarrier`/`asymmetricHeavyBarrier`).
+//! [`heavy`] barrier on the cold path (Paul Khuong, "Preemption Is GC for Memory Reordering",
+//! 2019; folly's `asymmetricLightBarrier`/`asymmetricHeavyBarrier`).
 //!
 //! # The contract
 //!
@@ -43,13 +43,12 @@
 //! # Coalescing
 //!
 //! A barrier costs a system call and an IPI to every CPU that runs another thread of the
-//! process (on the 2-vCPU development VM, `spindle lab`, 2026-11-21: 0.4 µs by expedited
-//! membarrier when no other thread runs, 12.8 µs when a busy thread of the process holds the
-//! other CPU; mprotect 2.1 and 31 µs). When several threads call `heavy()` at once
+//! process (the lab's `fences` experiment measures it idle and under load). When several
+//! threads call `heavy()` at once
 //! they do not each need their own: a caller only needs *some* barrier that **started after**
 //! its own writes were globally visible. A caller that arrives while a barrier is in flight
 //! cannot use that one, so sharing happens when two or more callers arrive during the same
-//! barrier: with three or more CPUs running callers (on 2 CPUs the lab saw none). Words:
+//! barrier: with three or more CPUs running callers (on 2 CPUs none ever share). Words:
 //!
 //! - `state`: bit 0 = a barrier is in flight; bits 1.. = `started`, the number of barriers
 //!   begun so far.
@@ -211,12 +210,6 @@ pub fn heavy() {
 #[cfg(loom)]
 pub fn heavy() {
     crate::primitives::fence(SeqCst);
-}
-
-/// One barrier by [`heavy_method`], not shared with concurrent callers (what `heavy` costs
-/// without coalescing; used by the lab).
-pub fn heavy_uncoalesced() {
-    issue(heavy_method());
 }
 
 /// Number of barriers `heavy()` has issued in this process, and number of `heavy()` calls:

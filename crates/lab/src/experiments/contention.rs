@@ -1,32 +1,22 @@
-//! `contention`: the cost of contention (seed 004, "Single Writer Principle").
+//! `contention`: the cost of incrementing a counter — plainly, with a fence, atomically, with
+//! a lock — from one thread and from two, and what sharing a cache line costs (Martin
+//! Thompson, "Single Writer Principle", 2011: 500 M increments on a 2.4 GHz Westmere).
 //!
-//! The seed increments a 64-bit counter 500 million times in several ways on a 2.4 GHz Westmere
-//! (2011) and reports the total time: one thread 300 ms; with a memory barrier 4,700 ms; with
-//! CAS 5,700 ms; two threads CAS 18,000 ms; one thread with a lock 10,000 ms; two threads with a
-//! lock 118,000 ms. We run the same kernels (plus lock-free atomic adds, parking_lot, and the
-//! single-writer and false-sharing layouts) and report nanoseconds per increment — total wall
-//! time divided by total increments, so two threads that share the work in parallel can cost
-//! *less* per increment than one — and the ratio to one plain thread, next to the seed's ratios.
-//!
-//! Variants: every kernel below, one or two threads, pinned to distinct CPUs when two are
-//! available. Parameters: increments per run (split evenly across threads). Trial: each variant
-//! once, in random order. Claims: see `claims()`.
+//! ns per increment = wall time of a run (first thread's start to last thread's end) / total
+//! increments, so two threads splitting the work in parallel can cost *less* per increment
+//! than one. Two-thread variants are pinned to two CPUs when there are two.
 
 use std::sync::atomic::{fence, AtomicU64, Ordering::*};
-use std::time::Duration;
 
-use super::{Experiment, ExperimentInfo};
-use crate::harness::{
-    run_together, run_trials, Budget, Claim, Ctx, Measurement, Profile, Relation, Summary, Variant,
-};
-use crate::report::{Bar, ExperimentResult, Figure, PairedRow, Param, Reference, VariantResult};
+use crate::kit::{run_together, CachePadded, Span};
+use crate::references::SINGLE_WRITER;
+use crate::runner::Ctx;
+use crate::spec::{Claim, Experiment, Info, Plan, Section, Variant};
 
 pub struct Contention;
 
-/// One counter per 128 bytes: no other data shares its cache line (or the adjacent-line
-/// prefetcher's pair of lines).
-#[repr(align(128))]
-struct Padded<T>(T);
+/// An increment loop over one counter.
+type Kernel = fn(&AtomicU64, u64);
 
 /// Two counters in one 64-byte cache line.
 #[repr(C, align(64))]
@@ -34,18 +24,6 @@ struct OneLine {
     a: AtomicU64,
     b: AtomicU64,
 }
-
-/// The seed's table as ratios to one plain thread (500 M increments, 2.4 GHz Westmere).
-const SEED_RATIOS: &[(&str, f64)] = &[
-    ("plain", 1.0),
-    ("fence", 4700.0 / 300.0),
-    ("cas", 5700.0 / 300.0),
-    ("cas-2t", 18000.0 / 300.0),
-    ("std-mutex", 10000.0 / 300.0),
-    ("std-mutex-2t", 118000.0 / 300.0),
-    ("pl-mutex", 10000.0 / 300.0),
-    ("pl-mutex-2t", 118000.0 / 300.0),
-];
 
 // The kernels. `inline(never)` keeps each a separate loop the compiler cannot merge or hoist;
 // atomics keep every increment a real memory operation.
@@ -58,7 +36,7 @@ fn plain(c: &AtomicU64, n: u64) {
     }
 }
 
-/// The same, followed by a full fence (MFENCE on x86-64): the cost of a "volatile" store.
+/// The same, followed by a full fence (MFENCE): the cost of a "volatile" store.
 #[inline(never)]
 fn fenced(c: &AtomicU64, n: u64) {
     for _ in 0..n {
@@ -67,7 +45,6 @@ fn fenced(c: &AtomicU64, n: u64) {
     }
 }
 
-/// A locked add.
 #[inline(never)]
 fn atomic_add(c: &AtomicU64, n: u64) {
     for _ in 0..n {
@@ -103,364 +80,208 @@ fn pl_mutex(m: &parking_lot::Mutex<u64>, n: u64) {
     }
 }
 
-fn claims() -> Vec<Claim> {
-    vec![
-        Claim::ratio(
-            "fence-cost",
-            "A full fence per increment costs at least 5× a plain increment (seed: 15.7×)",
-            "fence",
-            "plain",
-            Relation::AtLeast(5.0),
-        ),
-        Claim::ratio(
-            "cas-contended",
-            "Two threads CAS-ing one counter pay at least 3× more per increment than one thread alone (seed: 3.2×)",
-            "cas-2t",
-            "cas",
-            Relation::AtLeast(3.0),
-        ),
-        Claim::ratio(
-            "lock-contended",
-            "Two threads on one std Mutex pay at least 2× more per increment than one thread (seed: 11.8×)",
-            "std-mutex-2t",
-            "std-mutex",
-            Relation::AtLeast(2.0),
-        ),
-        Claim::ratio(
-            "single-writer",
-            "Two single writers on padded counters cost at most 1.2× one plain writer per increment",
-            "padded-2t",
-            "plain",
-            Relation::AtMost(1.2),
-        ),
-        Claim::ratio(
-            "false-sharing",
-            "Two writers sharing one cache line cost at least 2× padded single writers",
-            "shared-line-2t",
-            "padded-2t",
-            Relation::AtLeast(2.0),
-        ),
-    ]
+/// Runs `body(thread, share)` on `threads` threads splitting `n` increments, and checks that
+/// `count()` saw every one of them (a lost increment is a broken kernel, not a measurement).
+fn split(
+    threads: u64,
+    pin: Option<&[usize]>,
+    n: u64,
+    count: impl Fn() -> u64,
+    body: impl Fn(usize, u64) + Sync,
+) -> Span {
+    let share = (n / threads).max(1);
+    let before = count();
+    let span = run_together(threads as usize, pin, |i| body(i, share));
+    let seen = count().wrapping_sub(before);
+    assert_eq!(
+        seen,
+        share * threads,
+        "increments were lost: the kernel or the harness is broken"
+    );
+    span
 }
 
 impl Experiment for Contention {
-    fn info(&self) -> ExperimentInfo {
-        ExperimentInfo {
+    fn info(&self) -> Info {
+        Info {
             name: "contention",
             title: "The cost of contention",
-            seed: "004",
             summary: "increment a counter: plain, fenced, atomic, CAS, locks; one and two threads; single writer vs false sharing",
+            question: "What does it cost to increment a shared counter — plainly, with a fence, atomically, with a lock — \
+                       from one thread and from two, and what does sharing a cache line cost?",
+            references: &[SINGLE_WRITER],
+            quick_seconds: 16,
         }
     }
 
-    fn run(&self, ctx: &mut Ctx) -> Result<ExperimentResult, String> {
-        let (increments, budget) = match ctx.profile {
-            Profile::Smoke => (
-                1u64 << 12,
-                Budget {
-                    min_trials: 3,
-                    max_trials: 5,
-                    max_time: Duration::from_secs(20),
-                },
-            ),
-            Profile::Quick => (
-                1u64 << 22,
-                Budget {
-                    min_trials: 12,
-                    max_trials: 60,
-                    max_time: Duration::from_secs(50),
-                },
-            ),
-            Profile::Full => (
-                1u64 << 24,
-                Budget {
-                    min_trials: 30,
-                    max_trials: 300,
-                    max_time: Duration::from_secs(600),
-                },
-            ),
-        };
-        let cpus: Vec<usize> = ctx.machine.cpus_allowed.iter().take(2).copied().collect();
-        let pinned = cpus.len() >= 2;
-        let pin = pinned.then_some(cpus.as_slice());
+    fn run(&self, ctx: &mut Ctx) -> Result<(), String> {
+        // Parameters.
+        let pair = ctx.cpu_pair();
+        let pin = pair.as_ref().map(|p| &p[..]);
 
-        let shared = Padded(AtomicU64::new(0));
-        let own = [Padded(AtomicU64::new(0)), Padded(AtomicU64::new(0))];
+        // State, each on its own cache lines.
+        let shared = CachePadded(AtomicU64::new(0));
+        let own = [
+            CachePadded(AtomicU64::new(0)),
+            CachePadded(AtomicU64::new(0)),
+        ];
         let line = OneLine {
             a: AtomicU64::new(0),
             b: AtomicU64::new(0),
         };
-        let std_lock = Padded(std::sync::Mutex::new(0u64));
-        let pl_lock = Padded(parking_lot::Mutex::new(0u64));
-        // The variants' closures capture these by shared reference.
-        let (shared, own, line, std_lock, pl_lock) = (&shared, &own, &line, &std_lock, &pl_lock);
-        let lost = std::cell::Cell::new(Vec::<&'static str>::new());
+        let std_lock = CachePadded(std::sync::Mutex::new(0u64));
+        let pl_lock = CachePadded(parking_lot::Mutex::new(0u64));
+        let (shared, own, line, std_lock, pl_lock) = (&*shared, &own, &line, &*std_lock, &*pl_lock);
+        let counter = move || shared.load(Relaxed);
+        let own_sum = move || own[0].load(Relaxed) + own[1].load(Relaxed);
+        let line_sum = move || line.a.load(Relaxed) + line.b.load(Relaxed);
+        let std_count = move || *std_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let pl_count = move || *pl_lock.lock();
 
-        // Runs `body` on `threads` threads (each does its share of the increments), checks that
-        // no increment was lost, and returns ns and TSC ticks per increment.
-        let measure = |id: &'static str,
-                       threads: u64,
-                       read: &dyn Fn() -> u64,
-                       reset: &dyn Fn(),
-                       body: &(dyn Fn(usize, u64) + Sync)| {
-            reset();
-            let per_thread = increments / threads;
-            let t = run_together(threads as usize, pin, |i| body(i, per_thread));
-            if read() != per_thread * threads {
-                let mut l = lost.take();
-                l.push(id);
-                lost.set(l);
-            }
-            Measurement {
-                value: t.elapsed.as_nanos() as f64 / increments as f64,
-                ticks: Some(t.ticks as f64 / increments as f64),
-            }
-        };
-        let counter = || shared.0.load(Relaxed);
-        let reset_counter = || shared.0.store(0, Relaxed);
-        let own_sum = || own[0].0.load(Relaxed) + own[1].0.load(Relaxed);
-        let reset_own = || own.iter().for_each(|c| c.0.store(0, Relaxed));
-        let line_sum = || line.a.load(Relaxed) + line.b.load(Relaxed);
-        let reset_line = || {
-            line.a.store(0, Relaxed);
-            line.b.store(0, Relaxed)
-        };
-        let std_read = || *std_lock.0.lock().unwrap_or_else(|e| e.into_inner());
-        let std_reset = || *std_lock.0.lock().unwrap_or_else(|e| e.into_inner()) = 0;
-        let pl_read = || *pl_lock.0.lock();
-        let pl_reset = || *pl_lock.0.lock() = 0;
-
-        let m = &measure;
-        let mut variants: Vec<Variant> = vec![
-            Variant {
-                id: "plain",
-                label: "one thread, plain increment".into(),
-                threads: 1,
-                run: Box::new(move || {
-                    m("plain", 1, &counter, &reset_counter, &|_, n| {
-                        plain(&shared.0, n)
-                    })
-                }),
+        let mut plan = Plan::new();
+        plan.param(
+            "threads pinned",
+            match pair {
+                Some([a, b]) => format!("yes: two-thread variants on CPUs {a} and {b}"),
+                None => "no (one CPU): the two-thread variants time-share it".into(),
             },
-            Variant {
-                id: "fence",
-                label: "one thread, increment + full fence".into(),
-                threads: 1,
-                run: Box::new(move || {
-                    m("fence", 1, &counter, &reset_counter, &|_, n| {
-                        fenced(&shared.0, n)
-                    })
-                }),
-            },
-            Variant {
-                id: "xadd",
-                label: "one thread, atomic add (lock add)".into(),
-                threads: 1,
-                run: Box::new(move || {
-                    m("xadd", 1, &counter, &reset_counter, &|_, n| {
-                        atomic_add(&shared.0, n)
-                    })
-                }),
-            },
-            Variant {
-                id: "cas",
-                label: "one thread, CAS loop".into(),
-                threads: 1,
-                run: Box::new(move || {
-                    m("cas", 1, &counter, &reset_counter, &|_, n| {
-                        cas(&shared.0, n)
-                    })
-                }),
-            },
-            Variant {
-                id: "xadd-2t",
-                label: "two threads, atomic add, one counter".into(),
-                threads: 2,
-                run: Box::new(move || {
-                    m("xadd-2t", 2, &counter, &reset_counter, &|_, n| {
-                        atomic_add(&shared.0, n)
-                    })
-                }),
-            },
-            Variant {
-                id: "cas-2t",
-                label: "two threads, CAS loop, one counter".into(),
-                threads: 2,
-                run: Box::new(move || {
-                    m("cas-2t", 2, &counter, &reset_counter, &|_, n| {
-                        cas(&shared.0, n)
-                    })
-                }),
-            },
-            Variant {
-                id: "std-mutex",
-                label: "one thread, std Mutex".into(),
-                threads: 1,
-                run: Box::new(move || {
-                    m("std-mutex", 1, &std_read, &std_reset, &|_, n| {
-                        std_mutex(&std_lock.0, n)
-                    })
-                }),
-            },
-            Variant {
-                id: "std-mutex-2t",
-                label: "two threads, std Mutex".into(),
-                threads: 2,
-                run: Box::new(move || {
-                    m("std-mutex-2t", 2, &std_read, &std_reset, &|_, n| {
-                        std_mutex(&std_lock.0, n)
-                    })
-                }),
-            },
-            Variant {
-                id: "pl-mutex",
-                label: "one thread, parking_lot Mutex".into(),
-                threads: 1,
-                run: Box::new(move || {
-                    m("pl-mutex", 1, &pl_read, &pl_reset, &|_, n| {
-                        pl_mutex(&pl_lock.0, n)
-                    })
-                }),
-            },
-            Variant {
-                id: "pl-mutex-2t",
-                label: "two threads, parking_lot Mutex".into(),
-                threads: 2,
-                run: Box::new(move || {
-                    m("pl-mutex-2t", 2, &pl_read, &pl_reset, &|_, n| {
-                        pl_mutex(&pl_lock.0, n)
-                    })
-                }),
-            },
-            Variant {
-                id: "padded-2t",
-                label: "two threads, own padded counters".into(),
-                threads: 2,
-                run: Box::new(move || {
-                    m("padded-2t", 2, &own_sum, &reset_own, &|i, n| {
-                        plain(&own[i].0, n)
-                    })
-                }),
-            },
-            Variant {
-                id: "shared-line-2t",
-                label: "two threads, own counters, one cache line".into(),
-                threads: 2,
-                run: Box::new(move || {
-                    m("shared-line-2t", 2, &line_sum, &reset_line, &|i, n| {
-                        plain(if i == 0 { &line.a } else { &line.b }, n)
-                    })
-                }),
-            },
+        );
+        plan.section(
+            Section::per_op("inc", "Incrementing a 64-bit counter", "increment").baseline("plain"),
+        );
+        // One counter, incremented by 1 or 2 threads in five ways: (id, label, threads, the
+        // post's time in ms for 500 M increments (one plain thread: 300 ms), kernel).
+        let on_counter: [(&str, &str, u64, Option<f64>, Kernel); 6] = [
+            (
+                "plain",
+                "one thread, plain increment",
+                1,
+                Some(300.0),
+                plain,
+            ),
+            (
+                "fence",
+                "one thread, increment + full fence",
+                1,
+                Some(4700.0),
+                fenced,
+            ),
+            (
+                "xadd",
+                "one thread, atomic add (lock add)",
+                1,
+                None,
+                atomic_add,
+            ),
+            ("cas", "one thread, CAS loop", 1, Some(5700.0), cas),
+            (
+                "xadd-2t",
+                "two threads, atomic add, one counter",
+                2,
+                None,
+                atomic_add,
+            ),
+            (
+                "cas-2t",
+                "two threads, CAS loop, one counter",
+                2,
+                Some(18000.0),
+                cas,
+            ),
         ];
-        let claims = claims();
-        let trials = run_trials(ctx, &mut variants, &claims, budget);
-        drop(variants);
-        let lost = lost.take();
-        if !lost.is_empty() {
-            return Err(format!(
-                "increments were lost in {lost:?}: a kernel or the harness is broken"
-            ));
-        }
-
-        let eps = ctx.eps;
-        let baseline = "plain";
-        let results: Vec<VariantResult> = (0..trials.ids.len())
-            .map(|i| {
-                let id = trials.ids[i];
-                VariantResult {
-                    id,
-                    label: trials.labels[i].clone(),
-                    threads: trials.threads[i],
-                    unit: "ns per increment".into(),
-                    value: Summary::of(&trials.values[i], eps),
-                    ticks: Some(Summary::of(&trials.ticks[i], eps)),
-                    ratio_to_baseline: Some(Summary::of(&trials.ratios(id, baseline), eps)),
-                    reference_ratio: SEED_RATIOS.iter().find(|(k, _)| *k == id).map(|(_, r)| *r),
-                }
-            })
-            .collect();
-
-        let figures = vec![
-            Figure::Bars {
-                title: "Cost per increment on this machine (median, with its confidence interval)"
-                    .into(),
-                axis: "ns per increment (log scale)".into(),
-                log: true,
-                bars: results
-                    .iter()
-                    .map(|v| Bar::median(v.label.clone(), &v.value))
-                    .collect(),
-            },
-            Figure::Paired {
-                title: "Ratio to one plain thread: this machine vs the seed (2011)".into(),
-                axis: "× one thread, plain increment (log scale)".into(),
-                log: true,
-                series: [
-                    "this machine (median of per-trial ratios)".into(),
-                    "seed 004 (2.4 GHz Westmere)".into(),
-                ],
-                rows: results
-                    .iter()
-                    .map(|v| PairedRow {
-                        label: v.label.clone(),
-                        values: [v.ratio_to_baseline.map(|r| r.median), v.reference_ratio],
-                    })
-                    .collect(),
-            },
-            trials.claims_figure(),
-        ];
-
-        let mut notes = vec![
-            "ns per increment = wall time of the run (first thread's start to last thread's end) / total increments; \
-             two threads splitting the work in parallel can therefore cost less per increment than one."
-                .to_string(),
-            "The seed's Java 'lock' is compared with both std and parking_lot mutexes; its 'memory barrier' with a \
-             store followed by a full fence."
-                .to_string(),
-        ];
-        if !pinned {
-            notes.push(
-                "Fewer than two CPUs are available: the two-thread variants time-share one CPU."
-                    .into(),
+        for (id, label, threads, ms, kernel) in on_counter {
+            plan.variant(
+                Variant::per_op("inc", id, label, move |n| {
+                    split(threads, pin, n, counter, |_, k| kernel(shared, k))
+                })
+                .threads(threads as usize)
+                .reference(ms.map(|t| t / 300.0)),
             );
         }
+        for threads in [1, 2] {
+            let (suffix, who) = if threads == 1 {
+                ("", "one thread")
+            } else {
+                ("-2t", "two threads")
+            };
+            let reference = Some(if threads == 1 { 10_000.0 } else { 118_000.0 } / 300.0);
+            plan.variant(
+                Variant::per_op(
+                    "inc",
+                    format!("std-mutex{suffix}"),
+                    format!("{who}, std Mutex"),
+                    move |n| split(threads, pin, n, std_count, |_, k| std_mutex(std_lock, k)),
+                )
+                .threads(threads as usize)
+                .reference(reference),
+            );
+            plan.variant(
+                Variant::per_op(
+                    "inc",
+                    format!("pl-mutex{suffix}"),
+                    format!("{who}, parking_lot Mutex"),
+                    move |n| split(threads, pin, n, pl_count, |_, k| pl_mutex(pl_lock, k)),
+                )
+                .threads(threads as usize)
+                .reference(reference),
+            );
+        }
+        plan.variant(
+            Variant::per_op(
+                "inc",
+                "padded-2t",
+                "two threads, own padded counters",
+                move |n| split(2, pin, n, own_sum, |i, k| plain(&own[i], k)),
+            )
+            .threads(2),
+        );
+        plan.variant(
+            Variant::per_op(
+                "inc",
+                "shared-line-2t",
+                "two threads, own counters, one cache line",
+                move |n| split(2, pin, n, line_sum, |i, k| plain([&line.a, &line.b][i], k)),
+            )
+            .threads(2),
+        );
+
+        // Claims: the post's figures, as ratios within a trial.
+        let repro = |id, statement: &str, figure: &str| {
+            Claim::reproduction(id, statement, SINGLE_WRITER, figure)
+        };
+        plan.claim(
+            repro(
+                "fence-cost",
+                "A full fence per increment costs at least 5 × a plain increment",
+                "15.7 × (4 700 ms vs 300 ms)",
+            )
+            .ratio("fence", "plain")
+            .at_least(5.0),
+        );
+        plan.claim(repro("cas-contended", "Two threads CAS-ing one counter pay at least 3 × more per increment than one thread", "3.2 × (18 000 ms vs 5 700 ms)").ratio("cas-2t", "cas").at_least(3.0));
+        plan.claim(
+            repro(
+                "lock-contended",
+                "Two threads on one std Mutex pay at least 2 × more per increment than one thread",
+                "11.8 × (118 000 ms vs 10 000 ms)",
+            )
+            .ratio("std-mutex-2t", "std-mutex")
+            .at_least(2.0),
+        );
+        plan.claim(repro("single-writer", "Two single writers on padded counters cost at most 1.2 × one plain writer per increment", "the single writer principle: no contention, no extra cost").ratio("padded-2t", "plain").at_most(1.2));
+        plan.claim(
+            repro(
+                "false-sharing",
+                "Two writers sharing one cache line cost at least 2 × padded single writers",
+                "contention on a shared line costs as much as on shared data",
+            )
+            .ratio("shared-line-2t", "padded-2t")
+            .at_least(2.0),
+        );
+        plan.note("The post's Java 'lock' is compared with both std and parking_lot mutexes; its 'memory barrier' with a store followed by a full fence.");
         if ctx.machine.virtualised {
-            notes.push(
-                "This machine is virtualised: where the hypervisor runs the two vCPUs can change from run to run, \
-                 and with it every two-thread figure. The fingerprint's cache-line round trip says how far apart \
-                 the CPUs were when this run started."
-                    .into(),
-            );
+            plan.note("On a virtual machine, where the hypervisor places the two vCPUs can change from run to run, and with it every two-thread figure: the fingerprint's cache-line round trip says how far apart they were.");
         }
-
-        Ok(ExperimentResult {
-            name: "contention",
-            title: "The cost of contention",
-            seed: "004",
-            question: "What does it cost to increment a shared counter — plainly, with a fence, atomically, with a \
-                       lock — from one thread and from two, and what does sharing a cache line cost?"
-                .into(),
-            unit: "ns per increment".into(),
-            baseline: Some(baseline),
-            parameters: vec![
-                Param::new("increments per run", increments),
-                Param::new("threads pinned", if pinned { format!("yes, to CPUs {cpus:?}") } else { "no".into() }),
-                Param::trials(&budget),
-                Param::claim_band(),
-            ],
-            budget,
-            trials: trials.count(),
-            stop_reason: trials.stop_reason.clone(),
-            wall_s: trials.wall.as_secs_f64(),
-            variants: results,
-            claims: trials.claims,
-            reference: Some(Reference {
-                source: "seed 004, \"Single Writer Principle\" (Mechanical Sympathy, 2011): 500 M increments".into(),
-                machine: "2.4 GHz Intel Westmere, Java".into(),
-            }),
-            figures,
-            notes,
-        })
+        ctx.measure(plan)
     }
 }

@@ -1,26 +1,17 @@
 //! `smr`: what safe memory reclamation costs a reader, and what a read-mostly workload gets
-//! out of it (seed 000, lines 180–300: readers that publish and re-check with no fence, the
-//! writer paying with a process-wide or prepaid barrier).
+//! out of it (Paul Khuong, "Preemption Is GC for Memory Reordering", 2019: readers that
+//! publish and re-check with no fence, the reclaimer paying with a process-wide or prepaid
+//! barrier).
 //!
-//! Two sections, all variants interleaved in one random order per trial:
-//!
-//! 1. **Read-side cost**, ns and TSC ticks per operation, one thread, a tight loop
-//!    (`inline(never)`): what a reader does to obtain one pointer it may dereference and let go
-//!    of it. Floor: a plain load of a shared pointer and a store of it to a slot (what a
-//!    fence-free publication costs at the least). Ours: epoch pin + load + unpin (through a
-//!    registered handle, and through the thread-local [`epoch::pin`]); hazard `protect` +
-//!    `reset`. Peers: crossbeam-epoch pin + load + drop (handle, and thread-local); haphazard
-//!    `protect_ptr` + `reset_protection`; seize `enter` + `protect` + drop.
-//! 2. **Read-mostly workload**: `R` readers (cores + 1) protect a random node of a shared array
-//!    of 64, read it and let go, while one writer replaces random nodes and retires the old
-//!    ones, for a fixed time per variant and trial. Value: reader operations per second (all
-//!    readers). Also recorded: the writer's replacements per second, and the peak of
-//!    unreclaimed garbage (nodes allocated minus nodes dropped minus the 64 linked, sampled by
-//!    the writer every 64 replacements; the same drop counter for every variant).
-//!
-//! Claims: see `claims()`.
+//! - **read**: ns per protect-and-release, one thread, a tight loop: what a reader does to
+//!   obtain one pointer it may dereference and let go of it. Floor: a plain load of the shared
+//!   pointer and a store of it to a slot (a fence-free publication at the least).
+//! - **workload**: R = cores + 1 readers protect a random node of a shared array of 64, read it
+//!   and let go, while one writer replaces random nodes and retires the old ones, for a fixed
+//!   time per run. Reader and writer operations per second, and the peak of unreclaimed
+//!   garbage (nodes allocated minus dropped minus the 64 linked, sampled by the writer every 64
+//!   replacements; the same drop counter for every scheme).
 
-use std::cell::RefCell;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, Ordering::*};
 use std::time::{Duration, Instant};
@@ -29,18 +20,12 @@ use seize::Guard as _;
 use spindle_sync::prepaid::PrepaidBarrier;
 use spindle_sync::smr::{epoch, hazard, Barrier};
 
-use super::{Experiment, ExperimentInfo};
-use crate::harness::{
-    per_op, run_together, run_trials, Budget, Claim, Ctx, Measurement, Profile, Relation, Summary,
-    Variant,
-};
-use crate::report::{Bar, ExperimentResult, Figure, Param, VariantResult};
+use crate::kit::{run_together, time, CachePadded};
+use crate::references::PREEMPTION_BARRIERS;
+use crate::runner::Ctx;
+use crate::spec::{Claim, Experiment, Info, Metric, Plan, Sample, Section, Variant};
 
 pub struct Smr;
-
-/// Keeps each shared word on its own cache lines.
-#[repr(align(128))]
-struct Padded<T>(T);
 
 // ---------------------------------------------------------------------------------------------
 // Section 1: read-side cost. `inline(never)` keeps each a separate loop.
@@ -212,13 +197,6 @@ fn xorshift(x: &mut u64) -> u64 {
     *x
 }
 
-/// What one run of section 2 measured besides reader throughput.
-#[derive(Clone, Copy, Debug, Default)]
-struct Extra {
-    writes_per_s: f64,
-    peak_garbage: f64,
-}
-
 /// Per-scheme state that lives across a run's threads.
 enum Reclaimer {
     Epoch(epoch::Collector),
@@ -228,7 +206,7 @@ enum Reclaimer {
     Seize(Box<seize::Collector>),
 }
 
-fn workload(scheme: Scheme, readers: usize, run_for: Duration) -> (Measurement, Extra) {
+fn workload(scheme: Scheme, readers: usize, run_for: Duration) -> Sample {
     let slots: Vec<AtomicPtr<Node>> = (0..NODES as u64)
         .map(|i| AtomicPtr::new(Node::boxed(scheme, i)))
         .collect();
@@ -255,7 +233,7 @@ fn workload(scheme: Scheme, readers: usize, run_for: Duration) -> (Measurement, 
         &peak,
         &write_time,
     );
-    let t = run_together(readers + 1, None, |i| {
+    let span = run_together(readers + 1, None, |i| {
         let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (i as u64 + 1);
         if i == 0 {
             let w = WriterHandle::new(reclaimer);
@@ -287,18 +265,12 @@ fn workload(scheme: Scheme, readers: usize, run_for: Duration) -> (Measurement, 
         }
     }
     drain(reclaimer);
-    let secs = t.elapsed.as_secs_f64().max(1e-9);
+    let secs = (span.ns / 1e9).max(1e-9);
     let wsecs = (write_time.load(Relaxed) as f64 / 1e9).max(1e-9);
-    (
-        Measurement {
-            value: reads.load(Relaxed) as f64 / secs / 1e6,
-            ticks: None,
-        },
-        Extra {
-            writes_per_s: writes.load(Relaxed) as f64 / wsecs,
-            peak_garbage: peak.load(Relaxed).max(0) as f64,
-        },
-    )
+    Sample::new()
+        .with("reads", reads.load(Relaxed) as f64 / secs)
+        .with("writes", writes.load(Relaxed) as f64 / wsecs)
+        .with("garbage", peak.load(Relaxed).max(0) as f64)
 }
 
 /// The reader side of section 2: one protection per operation, until `stop`.
@@ -317,7 +289,7 @@ fn reader_loop(
             while !stop.load(Relaxed) {
                 for _ in 0..256 {
                     let g = h.pin();
-                    sum += read(pick(x).load(Acquire));
+                    sum = sum.wrapping_add(read(pick(x).load(Acquire)));
                     drop(g);
                 }
                 ops += 256;
@@ -327,7 +299,7 @@ fn reader_loop(
             let mut hp = hazard::HazardPointer::new_in(d);
             while !stop.load(Relaxed) {
                 for _ in 0..256 {
-                    sum += read(hp.protect(pick(x)));
+                    sum = sum.wrapping_add(read(hp.protect(pick(x))));
                     hp.reset();
                 }
                 ops += 256;
@@ -338,7 +310,7 @@ fn reader_loop(
             while !stop.load(Relaxed) {
                 for _ in 0..256 {
                     let g = h.pin();
-                    sum += read(pick(x).load(Acquire));
+                    sum = sum.wrapping_add(read(pick(x).load(Acquire)));
                     drop(g);
                 }
                 ops += 256;
@@ -351,7 +323,7 @@ fn reader_loop(
                     let p = hp
                         .protect_ptr(pick(x))
                         .map_or(std::ptr::null_mut(), |(p, _)| p.as_ptr());
-                    sum += read(p);
+                    sum = sum.wrapping_add(read(p));
                     hp.reset_protection();
                 }
                 ops += 256;
@@ -361,7 +333,7 @@ fn reader_loop(
             while !stop.load(Relaxed) {
                 for _ in 0..256 {
                     let g = c.enter();
-                    sum += read(g.protect(pick(x), Acquire));
+                    sum = sum.wrapping_add(read(g.protect(pick(x), Acquire)));
                     drop(g);
                 }
                 ops += 256;
@@ -450,340 +422,164 @@ fn drain(r: &Reclaimer) {
     }
 }
 
-/// Which section a variant belongs to, by id prefix.
-fn section(id: &str) -> (&'static str, &'static str) {
-    if id.starts_with("read-") {
-        ("Read-side cost", "ns per protect + release")
-    } else {
-        ("Read-mostly workload", "reader Mops/s (all readers)")
-    }
-}
-
-fn claims() -> Vec<Claim> {
-    vec![
-        Claim::ratio(
-            "epoch-read-side",
-            "Spindle's epoch pin + load + unpin costs at most 1.5 × a plain load + store pair",
-            "read-epoch",
-            "read-plain",
-            Relation::AtMost(1.5),
-        ),
-        Claim::ratio(
-            "hazard-read-side",
-            "Spindle's hazard protect + reset costs at most 1.5 × a plain load + store pair",
-            "read-hazard",
-            "read-plain",
-            Relation::AtMost(1.5),
-        ),
-        Claim::ratio(
-            "epoch-vs-crossbeam",
-            "Spindle's epoch pin is at least 5 × cheaper than crossbeam-epoch's (ratio ≤ 0.2)",
-            "read-epoch",
-            "read-crossbeam",
-            Relation::AtMost(0.2),
-        ),
-    ]
-}
-
 impl Experiment for Smr {
-    fn info(&self) -> ExperimentInfo {
-        ExperimentInfo {
+    fn info(&self) -> Info {
+        Info {
             name: "smr",
             title: "Safe memory reclamation: read-side cost and a read-mostly workload",
-            seed: "000",
             summary: "epoch and hazard pointers with fence-free readers vs crossbeam-epoch, haphazard, seize",
+            question: "What does a reader pay to protect a pointer with Spindle's fence-free epochs and hazard pointers, \
+                       compared with a plain load and store and with crossbeam-epoch, haphazard and seize; and under a \
+                       read-mostly workload, how fast do readers and the writer go and how much garbage piles up?",
+            references: &[PREEMPTION_BARRIERS],
+            quick_seconds: 20,
         }
     }
 
-    fn run(&self, ctx: &mut Ctx) -> Result<ExperimentResult, String> {
-        let (reads, run_for, budget) = match ctx.profile {
-            Profile::Smoke => (
-                1u64 << 12,
-                Duration::from_millis(10),
-                Budget {
-                    min_trials: 3,
-                    max_trials: 4,
-                    max_time: Duration::from_secs(20),
-                },
-            ),
-            Profile::Quick => (
-                1u64 << 20,
-                Duration::from_millis(100),
-                Budget {
-                    min_trials: 12,
-                    max_trials: 60,
-                    max_time: Duration::from_secs(30),
-                },
-            ),
-            Profile::Full => (
-                1u64 << 22,
-                Duration::from_millis(200),
-                Budget {
-                    min_trials: 30,
-                    max_trials: 300,
-                    max_time: Duration::from_secs(300),
-                },
-            ),
-        };
-        let readers = ctx.machine.cpus_allowed.len().max(1) + 1;
-        let prepaid_source = PrepaidBarrier::global().source().name();
-
-        // Section 1's shared state, each on its own lines.
+    fn run(&self, ctx: &mut Ctx) -> Result<(), String> {
+        let readers = ctx.cores() + 1;
+        let run_for = ctx.run_target(14);
+        // Read-side state, each on its own lines.
         let target = Box::into_raw(Box::new(42u64));
-        let src = Padded(AtomicPtr::new(target));
-        let slot = Padded(AtomicPtr::new(std::ptr::null_mut()));
+        let (src, slot) = (
+            CachePadded(AtomicPtr::new(target)),
+            CachePadded(AtomicPtr::new(std::ptr::null_mut())),
+        );
         let ours = epoch::Collector::new();
         let ours_handle = ours.register();
         let domain = hazard::Domain::new();
-        let ours_hp = RefCell::new(hazard::HazardPointer::new_in(&domain));
+        let mut ours_hp = hazard::HazardPointer::new_in(&domain);
         let cb = crossbeam_epoch::Collector::new();
         let cb_handle = cb.register();
-        let hh_hp = RefCell::new(haphazard::HazardPointer::new());
+        let mut hh_hp = haphazard::HazardPointer::new();
         let sz = seize::Collector::new();
-        let extras: Vec<RefCell<Vec<Extra>>> =
-            SCHEMES.iter().map(|_| RefCell::new(Vec::new())).collect();
-        let (src, slot, ours_handle, ours_hp, cb_handle, hh_hp, sz, extras) = (
-            &src.0,
-            &slot.0,
-            &ours_handle,
-            &ours_hp,
-            &cb_handle,
-            &hh_hp,
-            &sz,
-            &extras,
+        let (src, slot, ours_handle, cb_handle, sz) =
+            (&*src, &*slot, &ours_handle, &cb_handle, &sz);
+
+        let mut plan = Plan::new();
+        plan.param(
+            "readers (workload)",
+            format!("{readers} (allowed CPUs + 1), plus 1 writer"),
+        );
+        plan.param(
+            "run time per workload run",
+            format!("{} ms", run_for.as_millis()),
+        );
+        plan.param("shared nodes (workload)", NODES);
+        plan.param(
+            "prepaid barrier source",
+            PrepaidBarrier::global().source().name(),
         );
 
-        let mut variants: Vec<Variant> = vec![
-            Variant {
-                id: "read-plain",
-                label: "plain load of the shared pointer + store to a slot (floor)".into(),
-                threads: 1,
-                run: Box::new(move || per_op(reads, || plain_loop(src, slot, reads))),
-            },
-            Variant {
-                id: "read-epoch",
-                label: "Spindle epoch: handle.pin(), load, unpin".into(),
-                threads: 1,
-                run: Box::new(move || per_op(reads, || epoch_loop(ours_handle, src, reads))),
-            },
-            Variant {
-                id: "read-epoch-tls",
-                label: "Spindle epoch: epoch::pin() (thread-local handle), load, unpin".into(),
-                threads: 1,
-                run: Box::new(move || per_op(reads, || epoch_tls_loop(src, reads))),
-            },
-            Variant {
-                id: "read-hazard",
-                label: "Spindle hazard: protect + reset".into(),
-                threads: 1,
-                run: Box::new(move || {
-                    let mut hp = ours_hp.borrow_mut();
-                    per_op(reads, || hazard_loop(&mut hp, src, reads))
-                }),
-            },
-            Variant {
-                id: "read-crossbeam",
-                label: "crossbeam-epoch: handle.pin(), load, drop".into(),
-                threads: 1,
-                run: Box::new(move || per_op(reads, || crossbeam_loop(cb_handle, src, reads))),
-            },
-            Variant {
-                id: "read-crossbeam-tls",
-                label: "crossbeam-epoch: crossbeam_epoch::pin(), load, drop".into(),
-                threads: 1,
-                run: Box::new(move || per_op(reads, || crossbeam_tls_loop(src, reads))),
-            },
-            Variant {
-                id: "read-haphazard",
-                label: "haphazard: protect_ptr + reset_protection".into(),
-                threads: 1,
-                run: Box::new(move || {
-                    let mut hp = hh_hp.borrow_mut();
-                    per_op(reads, || haphazard_loop(&mut hp, src, reads))
-                }),
-            },
-            Variant {
-                id: "read-seize",
-                label: "seize: enter(), protect, drop".into(),
-                threads: 1,
-                run: Box::new(move || per_op(reads, || seize_loop(sz, src, reads))),
-            },
-        ];
+        plan.section(
+            Section::per_op(
+                "read",
+                "Protect a pointer and let it go, one thread",
+                "protect + release",
+            )
+            .baseline("read-plain"),
+        );
+        plan.variant(Variant::per_op(
+            "read",
+            "read-plain",
+            "plain load of the shared pointer + store to a slot (floor)",
+            move |n| time(|| plain_loop(src, slot, n)),
+        ));
+        plan.variant(Variant::per_op(
+            "read",
+            "read-epoch",
+            "Spindle epoch: handle.pin(), load, unpin",
+            move |n| time(|| epoch_loop(ours_handle, src, n)),
+        ));
+        plan.variant(Variant::per_op(
+            "read",
+            "read-epoch-tls",
+            "Spindle epoch: epoch::pin() (thread-local handle), load, unpin",
+            move |n| time(|| epoch_tls_loop(src, n)),
+        ));
+        plan.variant(Variant::per_op(
+            "read",
+            "read-hazard",
+            "Spindle hazard: protect + reset",
+            move |n| time(|| hazard_loop(&mut ours_hp, src, n)),
+        ));
+        plan.variant(Variant::per_op(
+            "read",
+            "read-crossbeam",
+            "crossbeam-epoch: handle.pin(), load, drop",
+            move |n| time(|| crossbeam_loop(cb_handle, src, n)),
+        ));
+        plan.variant(Variant::per_op(
+            "read",
+            "read-crossbeam-tls",
+            "crossbeam-epoch: crossbeam_epoch::pin(), load, drop",
+            move |n| time(|| crossbeam_tls_loop(src, n)),
+        ));
+        plan.variant(Variant::per_op(
+            "read",
+            "read-haphazard",
+            "haphazard: protect_ptr + reset_protection",
+            move |n| time(|| haphazard_loop(&mut hh_hp, src, n)),
+        ));
+        plan.variant(Variant::per_op(
+            "read",
+            "read-seize",
+            "seize: enter(), protect, drop",
+            move |n| time(|| seize_loop(sz, src, n)),
+        ));
+
+        plan.section(
+            Section::new(
+                "workload",
+                format!("Read-mostly workload: {readers} readers + 1 writer"),
+            )
+            .baseline("workload-crossbeam")
+            .metric(Metric::rate("reads", "reader operations, all readers"))
+            .metric(Metric::rate("writes", "writer replacements"))
+            .metric(Metric::count("garbage", "peak unreclaimed nodes").show_max()),
+        );
         for scheme in SCHEMES {
-            let id: &'static str =
-                Box::leak(format!("workload-{}", scheme.short()).into_boxed_str());
-            variants.push(Variant {
-                id,
-                label: format!("{readers} readers + 1 writer: {}", scheme.label()),
-                threads: readers + 1,
-                run: Box::new(move || {
-                    let (m, extra) = workload(scheme, readers, run_for);
-                    extras[scheme.index()].borrow_mut().push(extra);
-                    m
-                }),
-            });
-        }
-
-        let claims = claims();
-        let trials = run_trials(ctx, &mut variants, &claims, budget);
-        drop(variants);
-
-        let eps = ctx.eps;
-        let results: Vec<VariantResult> = (0..trials.ids.len())
-            .map(|i| {
-                let id = trials.ids[i];
-                let baseline = if section(id).0 == "Read-side cost" {
-                    "read-plain"
-                } else {
-                    "workload-crossbeam"
-                };
-                VariantResult {
-                    id,
-                    label: trials.labels[i].clone(),
-                    threads: trials.threads[i],
-                    unit: section(id).1.into(),
-                    value: Summary::of(&trials.values[i], eps),
-                    ticks: (!trials.ticks[i].is_empty())
-                        .then(|| Summary::of(&trials.ticks[i], eps)),
-                    ratio_to_baseline: Some(Summary::of(&trials.ratios(id, baseline), eps)),
-                    reference_ratio: None,
-                }
-            })
-            .collect();
-
-        let mut figures = Vec::new();
-        for title in ["Read-side cost", "Read-mostly workload"] {
-            let unit = results
-                .iter()
-                .find(|v| section(v.id).0 == title)
-                .map(|v| v.unit.clone())
-                .unwrap_or_default();
-            figures.push(Figure::Bars {
-                title: format!("{title} (median over trials, with its confidence interval)"),
-                axis: format!("{unit} (log scale)"),
-                log: true,
-                bars: results
-                    .iter()
-                    .filter(|v| section(v.id).0 == title)
-                    .map(|v| {
-                        // Workload labels start with "R readers + 1 writer: ", which the
-                        // table says once; the bars keep the scheme.
-                        let label = v.label.split_once(" writer: ").map_or(&*v.label, |l| l.1);
-                        Bar::median(label, &v.value)
-                    })
-                    .collect(),
-            });
-        }
-        let median = |mut v: Vec<f64>| -> f64 {
-            if v.is_empty() {
-                return f64::NAN;
-            }
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
-        let rows = SCHEMES
-            .iter()
-            .map(|&s| {
-                let runs = extras[s.index()].borrow();
-                let reader = results
-                    .iter()
-                    .find(|v| v.id.ends_with(s.short()) && v.id.starts_with("workload-"))
-                    .map_or(f64::NAN, |v| v.value.median);
-                vec![
-                    s.label().to_string(),
-                    format!("{reader:.1}"),
-                    format!(
-                        "{:.0}",
-                        median(runs.iter().map(|e| e.writes_per_s).collect()) / 1e3
-                    ),
-                    format!(
-                        "{:.0}",
-                        median(runs.iter().map(|e| e.peak_garbage).collect())
-                    ),
-                    format!(
-                        "{:.0}",
-                        runs.iter().map(|e| e.peak_garbage).fold(0.0, f64::max)
-                    ),
-                    runs.len().to_string(),
-                ]
-            })
-            .collect();
-        figures.push(Figure::Table {
-            title: format!(
-                "Read-mostly workload, {readers} readers + 1 writer, {} ms per run: medians over runs",
-                run_for.as_millis()
-            ),
-            columns: vec![
-                "scheme".into(),
-                "reader Mops/s".into(),
-                "writer k replacements/s".into(),
-                "peak garbage (nodes, median)".into(),
-                "peak garbage (nodes, max)".into(),
-                "runs".into(),
-            ],
-            rows,
-        });
-        figures.push(trials.claims_figure());
-
-        let mut notes = vec![
-            "Section 1 variants are ns per operation, one thread; '× baseline' compares them with the plain load + \
-             store pair. Section 2 variants are reader Mops/s; '× baseline' compares them with crossbeam-epoch."
-                .to_string(),
-            format!(
-                "Prepaid barrier source active in this process: {prepaid_source} (the 'epoch-prepaid' workload \
-                 waits for its tickets without blocking, and issues fence::heavy() once a ticket is 10 ms old)."
-            ),
-            "Peak garbage counts nodes allocated and not yet dropped, minus the 64 linked ones, with the same drop \
-             counter for every scheme, sampled by the writer every 64 replacements. Epoch schemes cannot free anything \
-             retired after the epoch of a reader that is preempted while pinned, so on an oversubscribed machine their \
-             garbage follows the scheduler's time slices; hazard pointers bound it by the number of slots."
-                .to_string(),
-            "haphazard's protect issues a SeqCst fence (mfence) on every call; crossbeam-epoch's pin a SeqCst \
-             fence or locked instruction; Spindle's readers only a compiler fence, the writer paying with \
-             membarrier/prepaid barriers (seed 000)."
-                .to_string(),
-        ];
-        if ctx.machine.cpus_allowed.len() < 2 {
-            notes.push(
-                "Fewer than two CPUs are available: readers and the writer time-share one CPU."
-                    .into(),
+            plan.variant(
+                Variant::fixed(
+                    "workload",
+                    format!("workload-{}", scheme.short()),
+                    scheme.label(),
+                    move || workload(scheme, readers, run_for),
+                )
+                .threads(readers + 1),
             );
         }
 
-        let (advances, fallbacks) = ours.advance_counts();
-        Ok(ExperimentResult {
-            name: "smr",
-            title: "Safe memory reclamation: read-side cost and a read-mostly workload",
-            seed: "000",
-            question: "What does a reader pay to protect a pointer with Spindle's fence-free epochs and hazard \
-                       pointers, compared with a plain load and store and with crossbeam-epoch, haphazard and \
-                       seize; and under a read-mostly workload, how fast do readers and the writer go and how much \
-                       garbage piles up?"
-                .into(),
-            unit: "ns per operation (section 1), reader Mops/s (section 2)".into(),
-            baseline: None,
-            parameters: vec![
-                Param::new("protections per run (section 1)", reads),
-                Param::new("readers (section 2)", format!("{readers} (allowed CPUs + 1), plus 1 writer")),
-                Param::new("run time per variant (section 2)", format!("{} ms", run_for.as_millis())),
-                Param::new("shared nodes (section 2)", NODES),
-                Param::new("prepaid barrier source", prepaid_source),
-                Param::new(
-                    "default collector (section 1)",
-                    format!("{} policy; {advances} advances, {fallbacks} heavy fallbacks", ours.barrier().name()),
-                ),
-                Param::trials(&budget),
-                Param::claim_band(),
-            ],
-            budget,
-            trials: trials.count(),
-            stop_reason: trials.stop_reason.clone(),
-            wall_s: trials.wall.as_secs_f64(),
-            variants: results,
-            claims: trials.claims,
-            reference: None,
-            figures,
-            notes,
-        })
+        plan.claim(
+            Claim::guarantee(
+                "epoch-read-side",
+                "Spindle's epoch pin + load + unpin costs at most 1.5 × a plain load + store pair",
+            )
+            .ratio("read-epoch", "read-plain")
+            .at_most(1.5),
+        );
+        plan.claim(
+            Claim::guarantee(
+                "hazard-read-side",
+                "Spindle's hazard protect + reset costs at most 1.5 × a plain load + store pair",
+            )
+            .ratio("read-hazard", "read-plain")
+            .at_most(1.5),
+        );
+        plan.claim(
+            Claim::guarantee(
+                "epoch-vs-crossbeam",
+                "Spindle's epoch pin is at least 5 × cheaper than crossbeam-epoch's (ratio ≤ 0.2)",
+            )
+            .ratio("read-epoch", "read-crossbeam")
+            .at_most(0.2),
+        );
+        plan.note("haphazard's protect issues a SeqCst fence (mfence) on every call; crossbeam-epoch's pin a SeqCst fence or locked instruction; Spindle's readers only a compiler fence, the reclaimer paying with membarrier or prepaid barriers.");
+        plan.note("Epoch schemes cannot free anything retired after the epoch of a reader preempted while pinned, so on an oversubscribed machine their garbage follows the scheduler's time slices; hazard pointers bound it by the number of slots.");
+        plan.note("The 'epoch-prepaid' workload waits for its tickets without blocking and issues fence::heavy() once a ticket is 10 ms old.");
+        let result = ctx.measure(plan);
+        // SAFETY: `target` came from Box::into_raw above and nothing uses it after the trials.
+        drop(unsafe { Box::from_raw(target) });
+        result
     }
 }

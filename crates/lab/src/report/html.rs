@@ -1,9 +1,11 @@
 //! The self-contained HTML report: inline CSS and SVG, nothing fetched from the network.
+//! Order: how to read it, the machine, guarantees, reproductions, then each experiment.
 
 use std::fmt::Write;
 
-use super::{svg, ExperimentResult, Figure, LabReport};
-use crate::harness::{Summary, Verdict};
+use super::format::num;
+use super::{section_grid, svg, Grid};
+use crate::results::{ClaimKind, ClaimResult, ExperimentResult, LabReport, RunState, Verdict};
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -12,168 +14,99 @@ fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-fn num(v: f64) -> String {
-    if !v.is_finite() {
-        return "–".into();
-    }
-    let a = v.abs();
-    if a >= 1000.0 {
-        format!("{v:.0}")
-    } else if a >= 100.0 {
-        format!("{v:.1}")
-    } else if a >= 1.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
-    }
-}
-
-fn interval(s: &Summary) -> String {
-    match (s.median_lo, s.median_hi) {
-        (Some(lo), Some(hi)) => format!("[{}, {}]", num(lo), num(hi)),
-        _ => "(too few trials)".into(),
-    }
-}
-
-fn badge(v: Verdict) -> String {
-    format!("<span class=\"badge {0}\">{0}</span>", v.as_str())
+fn badge(c: &ClaimResult) -> String {
+    let class = match (c.kind, c.verdict) {
+        (_, Verdict::Holds) => "holds",
+        (ClaimKind::Guarantee, Verdict::Violated) => "defect",
+        (ClaimKind::Reproduction, Verdict::Violated) => "differs",
+        (_, Verdict::Undecided) => "undecided",
+    };
+    format!(
+        "<span class=\"badge {class}\">{}</span>",
+        c.verdict.word(c.kind)
+    )
 }
 
 const STYLE: &str = r#"
-body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #222; max-width: 1040px; margin: 2em auto; padding: 0 1em; }
-h1 { margin-bottom: 0.1em; } h2 { margin-top: 2em; border-bottom: 2px solid #ddd; padding-bottom: 0.2em; }
-h3 { margin-top: 1.5em; font-size: 1.05em; }
-table { border-collapse: collapse; margin: 0.6em 0 1em; font-size: 0.92em; }
-th, td { padding: 0.25em 0.7em; border-bottom: 1px solid #e5e5e5; text-align: left; vertical-align: top; }
-th { background: #f6f6f6; } td.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-.muted { color: #777; } .small { font-size: 0.88em; }
-.badge { display: inline-block; padding: 0.05em 0.55em; border-radius: 0.8em; font-weight: 600; font-size: 0.85em; color: white; }
-.badge.holds { background: #2ca02c; } .badge.violated { background: #d62728; } .badge.undecided { background: #e68c14; }
-.figure { margin: 0.5em 0 1.5em; overflow-x: auto; } .figure svg { max-width: 100%; height: auto; }
+body { font: 16px/1.5 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1d1d1d; max-width: 1100px; margin: 1.5em auto; padding: 0 16px; }
+h1 { margin: 0 0 0.1em; font-size: 1.7em; } h2 { margin-top: 2.2em; border-bottom: 2px solid #ddd; padding-bottom: 0.2em; font-size: 1.35em; }
+h3 { margin: 1.6em 0 0.4em; font-size: 1.08em; }
+table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 14px; }
+th, td { padding: 0.3em 0.65em; border-bottom: 1px solid #e6e6e6; text-align: left; vertical-align: top; }
+th { background: #f5f5f5; font-weight: 600; }
+td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tr.base td { font-weight: 600; }
+.wide { overflow-x: auto; max-width: 100%; }
+.muted { color: #666; } .small { font-size: 14px; }
+.badge { display: inline-block; padding: 0.05em 0.6em; border-radius: 0.8em; font-weight: 600; font-size: 13px; color: #fff; white-space: nowrap; }
+.badge.holds { background: #2a8a2a; } .badge.defect { background: #c62828; } .badge.differs { background: #8a6d00; } .badge.undecided { background: #777; }
+.figure { margin: 0.3em 0 1.2em; max-width: 100%; overflow-x: auto; } .figure svg { width: 100%; max-width: 1000px; height: auto; }
 .kv td:first-child { color: #555; white-space: nowrap; }
-code { background: #f3f3f3; padding: 0 0.25em; border-radius: 3px; }
-.partial { background: #fff3cd; border: 1px solid #e6c200; padding: 0.6em 1em; border-radius: 4px; }
+.note { background: #fff8e1; border: 1px solid #e6c200; padding: 0.6em 1em; border-radius: 4px; }
+.alarm { background: #fdecea; border: 1px solid #e0a09a; padding: 0.6em 1em; border-radius: 4px; }
+.howto { background: #f4f8fc; border: 1px solid #c9dcee; padding: 0.4em 1.2em; border-radius: 4px; font-size: 15px; }
+.howto li { margin: 0.2em 0; }
+details summary { cursor: pointer; color: #333; font-size: 14px; }
+code { background: #f1f1f1; padding: 0 0.25em; border-radius: 3px; }
 "#;
 
+const HOW_TO_READ: &str = "<div class=\"howto\"><h2 style=\"margin-top:0.6em;border:0\">How to read this report</h2><ul>\
+<li><b>Guarantees</b> are Spindle's promises about its own code, measured against floors and peers: \
+<span class=\"badge holds\">holds</span>, <span class=\"badge defect\">VIOLATED</span> (a defect in Spindle) or \
+<span class=\"badge undecided\">undecided</span>. <b>Reproductions</b> re-measure a figure of a source document: \
+<span class=\"badge holds\">agrees</span> or <span class=\"badge differs\">differs</span> only says whether this machine \
+behaves like the document's.</li>\
+<li>Variants of one experiment run <b>interleaved</b>: each trial runs every variant once, in a fresh random order, so \
+drifts of the machine hit all of them alike.</li>\
+<li>A claim compares two variants <i>within</i> each trial (\"ratio ≤ 1.25 in this trial?\"). A sequential test (Robbins' \
+confidence sequence method) decides whether the relation held in more than 60% of trials (holds: the median ratio \
+satisfies it) or in fewer than 40% (violated); a verdict is wrong with probability at most ε. Undecided means the \
+budget ran out, the ratio sits on the bound, or a run hit its time cap; nothing undecided is rounded to a pass.</li>\
+<li>Tables give each metric's <b>median</b> over trials in <b>one unit per column</b>; the interval is the median's \
+confidence interval at the same ε. Charts show <b>every trial</b> as a dot, the median as a bar and its interval as a \
+line. A ▷ or \"≥\" marks a run that hit its time cap (a lower bound).</li>\
+<li>Absolute times are shown, but only ratios measured in the same run are judged. Reference figures come from other \
+machines and other decades: compare their ratios, not their times.</li></ul></div>\n";
+
 /// Renders the whole report.
-pub fn render_html(report: &LabReport) -> String {
+pub fn render(report: &LabReport) -> String {
     let mut h = String::new();
-    let m = &report.machine;
     let _ = write!(
         h,
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>Spindle lab report</title><style>{STYLE}</style></head><body>\n"
+         <title>Spindle lab report — {}</title><style>{STYLE}</style></head><body>\n",
+        esc(&report.machine.cpu_name())
     );
     let _ = writeln!(
         h,
-        "<h1>Spindle lab report</h1><p class=\"muted\">{} {} · {} profile · each claim decided at ε = {} · started {}</p>",
-        report.tool,
-        report.version,
-        esc(&format!("{:?}", report.profile).to_lowercase()),
+        "<h1>Spindle lab report</h1><p class=\"muted\">{} {} (commit {}) · {} profile · ε = {} per claim · started {} · {:.0} s of lab time</p>",
+        esc(&report.tool),
+        esc(&report.version),
+        esc(&report.commit),
+        report.profile.as_str(),
         report.eps,
-        esc(&report.started_utc)
+        esc(&report.started_utc),
+        report.lab_seconds
     );
-    if report.partial {
-        h.push_str("<p class=\"partial\">This report is partial: the lab was still running (or was interrupted) when it was written.</p>\n");
+    match report.state {
+        RunState::Running => h.push_str("<p class=\"note\">This report is partial: the lab was still running when it was written (the page is rewritten every few seconds; reload it).</p>\n"),
+        RunState::Interrupted => h.push_str("<p class=\"note\">This run was interrupted: the figures below are valid but incomplete.</p>\n"),
+        RunState::Complete => {}
     }
-
-    h.push_str("<h2>Machine</h2><table class=\"kv\">\n");
-    let rows: Vec<(&str, String)> = vec![
-        ("CPU", m.cpu_model.clone()),
-        (
-            "CPUs online / allowed",
-            format!("{} / {:?}", m.cpus_online, m.cpus_allowed),
-        ),
-        ("virtualised", m.virtualised.to_string()),
-        ("kernel", m.kernel.clone()),
-        (
-            "HZ",
-            format!(
-                "{} ({})",
-                m.hz.map(|h| h.to_string()).unwrap_or_else(|| "?".into()),
-                m.hz_source
-            ),
-        ),
-        (
-            "preemption",
-            m.preemption.clone().unwrap_or_else(|| "unknown".into()),
-        ),
-        (
-            "clocksource",
-            format!(
-                "{} (available: {})",
-                m.clocksource, m.clocksources_available
-            ),
-        ),
-        (
-            "TSC",
-            format!(
-                "{:.4} GHz measured against CLOCK_MONOTONIC · constant: {} · nonstop: {}",
-                m.tsc_ghz, m.tsc_constant, m.tsc_nonstop
-            ),
-        ),
-        (
-            "membarrier",
-            format!(
-                "mask {:#x}: {}",
-                m.membarrier_mask,
-                m.membarrier_commands.join(", ")
-            ),
-        ),
-        (
-            "rseq",
-            m.rseq
-                .map(|b| b.to_string())
-                .unwrap_or_else(|| "unknown".into()),
-        ),
-        (
-            "hardware perf counters",
-            if m.perf_counters {
-                "available".to_string()
-            } else {
-                format!("no ({})", m.perf_counters_error.clone().unwrap_or_default())
-            },
-        ),
-        (
-            "cache-line round trip",
-            match (m.cache_line_round_trip_ns, m.round_trip_cpus) {
-                (Some(ns), Some([a, b])) => {
-                    format!("{ns:.0} ns between CPUs {a} and {b} (median of 5 × 20 000 ping-pongs)")
-                }
-                _ => "not measured (fewer than two CPUs, or pinning refused)".into(),
-            },
-        ),
-        ("root", m.root.to_string()),
-        ("memory", format!("{:.1} GiB", m.memory_gib)),
-    ];
-    for (k, v) in rows {
-        let _ = writeln!(h, "<tr><td>{}</td><td>{}</td></tr>", esc(k), esc(&v));
+    if let Some(b) = &report.baseline {
+        let _ = writeln!(
+            h,
+            "<p class=\"note\">Compared with the baseline run {} of {} (commit {}, {}). The \"vs baseline run\" columns divide this run's median by that run's: the two runs are <b>unpaired</b>, so machine drift between them shows up in these ratios, which are not judged.</p>",
+            esc(&b.path),
+            esc(&b.started_utc),
+            esc(&b.commit),
+            esc(&b.machine)
+        );
     }
-    h.push_str("</table>\n");
-
-    h.push_str("<h2>Claims</h2>\n");
-    h.push_str("<p class=\"small muted\">Each claim is a statement about two variants measured in the same trial. Every trial is a yes/no \
-        outcome, and a CSM driver decides whether the claim held in more than 60% of trials (<b>holds</b>), in fewer than 40% \
-        (<b>violated</b>), or could not be decided within the profile's budget or sits on the boundary (<b>undecided</b>). \
-        The probability that a holds/violated verdict is wrong is at most ε.</p>\n");
-    h.push_str(
-        "<table><tr><th>experiment</th><th>claim</th><th>verdict</th><th>evidence</th></tr>\n",
-    );
-    for e in &report.experiments {
-        for c in &e.claims {
-            let _ = writeln!(
-                h,
-                "<tr><td><a href=\"#{0}\">{0}</a></td><td>{1}</td><td>{2}</td><td class=\"small\">{3}</td></tr>",
-                esc(e.name),
-                esc(&c.statement),
-                badge(c.verdict),
-                esc(&c.explanation)
-            );
-        }
-    }
-    h.push_str("</table>\n");
-
+    h.push_str(HOW_TO_READ);
+    machine(&mut h, report);
+    claims_overview(&mut h, report);
     for e in &report.experiments {
         experiment(&mut h, e);
     }
@@ -184,32 +117,146 @@ pub fn render_html(report: &LabReport) -> String {
         }
         h.push_str("</ul>\n");
     }
-    h.push_str(
-        "<h2>How to read this report</h2><ul class=\"small\">\
-         <li>Variants of one experiment run interleaved: each trial runs every variant once, in a fresh random order.</li>\
-         <li>Medians come with a confidence interval from order statistics (valid however many trials were run); p10–p90 shows the spread.</li>\
-         <li>Absolute times are shown, but claims judge only ratios measured in the same trial.</li>\
-         <li>Seed figures come from another machine and another decade: compare their <em>ratios</em>, not their times.</li>\
-         </ul>\n",
-    );
     h.push_str("</body></html>\n");
     h
+}
+
+fn machine(h: &mut String, report: &LabReport) {
+    let m = &report.machine;
+    h.push_str("<h2>Machine</h2>\n");
+    if !m.anomalies.is_empty() {
+        h.push_str(
+            "<div class=\"alarm\"><b>Anomalies</b> (figures from this run may not transfer):<ul>",
+        );
+        for a in &m.anomalies {
+            let _ = write!(h, "<li>{}</li>", esc(a));
+        }
+        h.push_str("</ul></div>\n");
+    }
+    h.push_str("<table class=\"kv small\">\n");
+    for (k, v) in m.facts() {
+        let _ = writeln!(h, "<tr><td>{}</td><td>{}</td></tr>", esc(&k), esc(&v));
+    }
+    h.push_str("</table>\n");
+}
+
+fn claims_overview(h: &mut String, report: &LabReport) {
+    let guarantees = report.claims_by_kind(ClaimKind::Guarantee);
+    h.push_str("<h2>Guarantees</h2>\n");
+    if guarantees.is_empty() {
+        h.push_str("<p class=\"muted\">No guarantee was tested in this run.</p>\n");
+    } else {
+        let _ = writeln!(
+            h,
+            "<p class=\"small muted\">What Spindle promises about its own primitives. {} hold, {} violated, {} undecided.</p>",
+            count(&guarantees, Verdict::Holds),
+            count(&guarantees, Verdict::Violated),
+            count(&guarantees, Verdict::Undecided)
+        );
+        h.push_str("<div class=\"wide\"><table><tr><th>experiment</th><th>guarantee</th><th>verdict</th><th class=\"n\">median ratio</th><th>evidence</th></tr>\n");
+        for (e, c) in &guarantees {
+            let _ = writeln!(
+                h,
+                "<tr><td><a href=\"#{0}\">{0}</a></td><td>{1}</td><td>{2}</td><td class=\"n\">{3}</td><td class=\"small\">{4}</td></tr>",
+                esc(e),
+                esc(&c.statement),
+                badge(c),
+                num(c.ratio.median),
+                esc(&c.explanation)
+            );
+        }
+        h.push_str("</table></div>\n");
+    }
+    let reproductions = report.claims_by_kind(ClaimKind::Reproduction);
+    if !reproductions.is_empty() {
+        h.push_str("<h2>Reproductions</h2>\n");
+        let _ = writeln!(
+            h,
+            "<p class=\"small muted\">Figures of the source documents re-measured here. This machine agrees in {}, differs in {}, undecided in {}. A difference is a finding about this machine, not a defect.</p>",
+            count(&reproductions, Verdict::Holds),
+            count(&reproductions, Verdict::Violated),
+            count(&reproductions, Verdict::Undecided)
+        );
+        h.push_str("<div class=\"wide\"><table><tr><th>experiment</th><th>claim</th><th>the reference found</th><th class=\"n\">here: median ratio</th><th>verdict</th></tr>\n");
+        for (e, c) in &reproductions {
+            let _ = writeln!(
+                h,
+                "<tr><td><a href=\"#{0}\">{0}</a></td><td>{1}</td><td class=\"small\">{2}</td><td class=\"n\">{3}</td><td>{4}</td></tr>",
+                esc(e),
+                esc(&c.statement),
+                esc(c.reference.as_deref().unwrap_or("")),
+                num(c.ratio.median),
+                badge(c)
+            );
+        }
+        h.push_str("</table></div>\n");
+    }
+}
+
+fn count(claims: &[(&str, &ClaimResult)], v: Verdict) -> usize {
+    claims.iter().filter(|(_, c)| c.verdict == v).count()
+}
+
+fn grid(h: &mut String, g: &Grid) {
+    h.push_str("<div class=\"wide\"><table><tr>");
+    for (i, c) in g.headers.iter().enumerate() {
+        let _ = write!(
+            h,
+            "<th{}>{}</th>",
+            if i == 0 { "" } else { " class=\"n\"" },
+            esc(c)
+        );
+    }
+    h.push_str("</tr>\n");
+    for (r, row) in g.rows.iter().enumerate() {
+        let _ = write!(
+            h,
+            "<tr{}>",
+            if g.baseline_row == Some(r) {
+                " class=\"base\""
+            } else {
+                ""
+            }
+        );
+        for (i, cell) in row.iter().enumerate() {
+            let _ = write!(
+                h,
+                "<td{}>{}</td>",
+                if i == 0 { "" } else { " class=\"n\"" },
+                esc(cell)
+            );
+        }
+        h.push_str("</tr>\n");
+    }
+    h.push_str("</table></div>\n");
 }
 
 fn experiment(h: &mut String, e: &ExperimentResult) {
     let _ = writeln!(
         h,
-        "<h2 id=\"{0}\">{0} — {1}</h2><p class=\"muted\">seed {2} · {3} trials in {4:.1} s · {5}</p><p>{6}</p>",
-        esc(e.name),
-        esc(e.title),
-        esc(e.seed),
+        "<h2 id=\"{0}\">{0} — {1}</h2><p>{2}</p><p class=\"small muted\">{3} trials in {4:.1} s (budget {5:.0} s) · {6}{7}</p>",
+        esc(&e.name),
+        esc(&e.title),
+        esc(&e.question),
         e.trials,
         e.wall_s,
+        e.budget_s,
         esc(&e.stop_reason),
-        esc(&e.question)
+        if e.complete { "" } else { " · incomplete" }
     );
+    for r in &e.references {
+        let _ = writeln!(
+            h,
+            "<p class=\"small\">Reference: {}, “{}” ({}, {}). Their machine: {}.</p>",
+            esc(&r.author),
+            esc(&r.title),
+            esc(&r.venue),
+            r.year.map_or("undated".to_string(), |y| y.to_string()),
+            esc(&r.machine)
+        );
+    }
     if !e.parameters.is_empty() {
-        h.push_str("<table class=\"kv small\">");
+        h.push_str("<details><summary>Parameters</summary><table class=\"kv small\">");
         for p in &e.parameters {
             let _ = write!(
                 h,
@@ -218,128 +265,68 @@ fn experiment(h: &mut String, e: &ExperimentResult) {
                 esc(&p.value)
             );
         }
-        h.push_str("</table>\n");
+        h.push_str("</table></details>\n");
     }
-
-    let has_ticks = e.variants.iter().any(|v| v.ticks.is_some());
-    let has_ratio = e.variants.iter().any(|v| v.ratio_to_baseline.is_some());
-    let has_ref = e.variants.iter().any(|v| v.reference_ratio.is_some());
-    let _ = writeln!(
-        h,
-        "<table><tr><th>variant</th><th>threads</th><th>median {0}</th><th>median CI</th><th>p10 – p90</th>{1}{2}{3}</tr>",
-        esc(&e.unit),
-        if has_ticks { "<th>TSC ticks/op</th>" } else { "" },
-        if has_ratio {
-            format!("<th>× {}</th>", esc(e.baseline.unwrap_or("baseline")))
-        } else {
-            String::new()
-        },
-        if has_ref { "<th>seed ×</th>" } else { "" }
-    );
-    for v in &e.variants {
-        let _ = write!(
-            h,
-            "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{} – {}</td>",
-            esc(&v.label),
-            v.threads,
-            num(v.value.median),
-            interval(&v.value),
-            num(v.value.p10),
-            num(v.value.p90)
-        );
-        if has_ticks {
-            let _ = write!(
-                h,
-                "<td class=\"n\">{}</td>",
-                v.ticks.map(|t| num(t.median)).unwrap_or_default()
-            );
+    for s in &e.sections {
+        let _ = writeln!(h, "<h3>{}</h3>", esc(&s.title));
+        grid(h, &section_grid(s, true));
+        if let Some(chart) = svg::section_dots(s) {
+            let _ = writeln!(h, "<div class=\"figure\">{chart}</div>");
         }
-        if has_ratio {
-            let _ = write!(
-                h,
-                "<td class=\"n\">{}</td>",
-                v.ratio_to_baseline
-                    .map(|r| num(r.median))
-                    .unwrap_or_default()
-            );
+        if let Some(chart) = svg::section_series(s) {
+            let _ = writeln!(h, "<div class=\"figure\">{chart}</div>");
         }
-        if has_ref {
-            let _ = write!(
-                h,
-                "<td class=\"n\">{}</td>",
-                v.reference_ratio.map(num).unwrap_or_default()
-            );
-        }
-        h.push_str("</tr>\n");
     }
-    h.push_str("</table>\n");
-    if let Some(r) = &e.reference {
-        let _ = writeln!(
+    for t in &e.tables {
+        let _ = writeln!(h, "<h3>{}</h3>", esc(&t.title));
+        grid(
             h,
-            "<p class=\"small muted\">Seed figures: {} ({}).</p>",
-            esc(&r.source),
-            esc(&r.machine)
+            &Grid {
+                headers: t.columns.clone(),
+                rows: t.rows.clone(),
+                baseline_row: None,
+            },
         );
     }
-
-    for f in &e.figures {
-        if let Figure::Table {
-            title,
-            columns,
-            rows,
-        } = f
-        {
-            let _ = write!(h, "<h3>{}</h3><table><tr>", esc(title));
-            for c in columns {
-                let _ = write!(h, "<th>{}</th>", esc(c));
-            }
-            h.push_str("</tr>\n");
-            for row in rows {
-                h.push_str("<tr>");
-                for cell in row {
-                    let _ = write!(h, "<td>{}</td>", esc(cell));
-                }
-                h.push_str("</tr>\n");
-            }
-            h.push_str("</table>\n");
-            continue;
-        }
-        let title = match f {
-            Figure::Bars { title, .. }
-            | Figure::Paired { title, .. }
-            | Figure::Strips { title, .. }
-            | Figure::Table { title, .. } => title,
-        };
-        let _ = writeln!(
-            h,
-            "<h3>{}</h3><div class=\"figure\">{}</div>",
-            esc(title),
-            svg::render(f)
-        );
-    }
-
     if !e.claims.is_empty() {
-        h.push_str("<h3>Claims</h3><table><tr><th>claim</th><th>verdict</th><th>trials (yes)</th><th>P(yes) interval</th><th>median ratio [CI]</th><th>why</th></tr>\n");
+        h.push_str("<h3>Claims</h3><div class=\"wide\"><table><tr><th>claim</th><th>kind</th><th>verdict</th><th class=\"n\">trials (yes)</th><th class=\"n\">P(yes) interval</th><th class=\"n\">median ratio [CI]</th><th>why</th></tr>\n");
         for c in &e.claims {
+            let ci = match (c.ratio.median_lo, c.ratio.median_hi) {
+                (Some(lo), Some(hi)) => format!(" [{}, {}]", num(lo), num(hi)),
+                _ => String::new(),
+            };
             let _ = writeln!(
                 h,
-                "<tr><td>{}<br><span class=\"small muted\">{} / {} {} {}</span></td><td>{}</td><td class=\"n\">{} ({})</td><td class=\"n\">[{:.3}, {:.3}]</td><td class=\"n\">{} {}</td><td class=\"small\">{}</td></tr>",
+                "<tr><td>{}<br><span class=\"small muted\">{}.{} / {}.{} {} {}{}</span></td><td>{}</td><td>{}</td><td class=\"n\">{} ({})</td><td class=\"n\">[{:.3}, {:.3}]</td><td class=\"n\">{}{}</td><td class=\"small\">{}</td></tr>",
                 esc(&c.statement),
-                esc(c.numerator),
-                esc(c.denominator),
-                if c.relation == "at_most" { "≤" } else { "≥" },
+                esc(&c.numerator.variant),
+                esc(&c.numerator.metric),
+                esc(&c.denominator.variant),
+                esc(&c.denominator.metric),
+                c.symbol(),
                 c.bound,
-                badge(c.verdict),
+                c.reference
+                    .as_ref()
+                    .map(|r| format!("<br>{}", esc(r)))
+                    .unwrap_or_default(),
+                match c.kind {
+                    ClaimKind::Guarantee => "guarantee",
+                    ClaimKind::Reproduction => "reproduction",
+                },
+                badge(c),
                 c.trials,
                 c.successes,
                 c.success_interval[0],
                 c.success_interval[1],
                 num(c.ratio.median),
-                interval(&c.ratio),
+                ci,
                 esc(&c.explanation)
             );
         }
-        h.push_str("</table>\n");
+        h.push_str("</table></div>\n");
+        if let Some(chart) = svg::claim_strips(&e.claims) {
+            let _ = writeln!(h, "<div class=\"figure\">{chart}</div>");
+        }
     }
     if !e.notes.is_empty() {
         h.push_str("<ul class=\"small\">");
@@ -357,14 +344,5 @@ mod tests {
     #[test]
     fn escapes_markup() {
         assert_eq!(esc("<a & \"b\">"), "&lt;a &amp; &quot;b&quot;&gt;");
-    }
-
-    #[test]
-    fn numbers_keep_a_sensible_precision() {
-        assert_eq!(num(0.12345), "0.123");
-        assert_eq!(num(12.345), "12.35");
-        assert_eq!(num(123.45), "123.5");
-        assert_eq!(num(12345.6), "12346");
-        assert_eq!(num(f64::NAN), "–");
     }
 }

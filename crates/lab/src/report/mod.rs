@@ -1,224 +1,93 @@
-//! Results, and the three ways they leave the lab: `results.json`, a self-contained
-//! `index.html` with SVG charts, and a terminal summary.
+//! The ways results leave the lab: `results.json`, a self-contained `index.html` with SVG
+//! charts, a terminal summary, and Markdown for `docs/results.md`. Rendering reads
+//! [`crate::results`] only; nothing here measures.
 
-mod html;
+pub mod baseline;
+pub mod format;
+pub mod html;
+pub mod markdown;
 mod svg;
-mod terminal;
+pub mod terminal;
 
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use crate::results::{LabReport, RunState};
 
-use crate::harness::{Budget, ClaimResult, Profile, Summary};
-use crate::machine::Machine;
-
-pub use html::render_html;
-pub use terminal::{render_claims_line, render_terminal};
-
-/// A named parameter of an experiment, for the record.
-#[derive(Clone, Debug, Serialize)]
-pub struct Param {
-    pub name: String,
-    pub value: String,
+/// Writes a run's report into its directory, atomically, as often as asked.
+///
+/// A complete report already in the directory is never overwritten by an incomplete one: when
+/// `DIR/results.json` holds a complete run, this run writes `results.partial.json` and
+/// `index.partial.html` until it completes, and only then replaces the old files.
+pub struct ReportWriter {
+    dir: PathBuf,
+    /// A complete earlier report is in the directory.
+    keep_previous: bool,
 }
 
-impl Param {
-    pub fn new(name: impl Into<String>, value: impl ToString) -> Self {
-        Param {
-            name: name.into(),
-            value: value.to_string(),
-        }
-    }
+const JSON: &str = "results.json";
+const HTML: &str = "index.html";
+const PARTIAL_JSON: &str = "results.partial.json";
+const PARTIAL_HTML: &str = "index.partial.html";
 
-    /// The trial budget, as every experiment reports it.
-    pub fn trials(b: &Budget) -> Self {
-        Param::new(
-            "trials",
-            format!(
-                "{} to {} (or {} s)",
-                b.min_trials,
-                b.max_trials,
-                b.max_time.as_secs()
+impl ReportWriter {
+    /// Creates the directory if needed and checks that it is writable.
+    pub fn open(dir: &Path) -> Result<ReportWriter, String> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create report directory {}: {e}", dir.display()))?;
+        let probe = dir.join(".spindle-write-test");
+        std::fs::write(&probe, b"")
+            .map_err(|e| format!("cannot write into report directory {}: {e}", dir.display()))?;
+        let _ = std::fs::remove_file(probe);
+        // Anything in results.json that is not an unfinished run of ours is kept.
+        let keep_previous = match std::fs::read_to_string(dir.join(JSON)) {
+            Err(_) => false,
+            Ok(text) => !matches!(
+                serde_json::from_str::<serde_json::Value>(&text)
+                    .ok()
+                    .and_then(|v| v.get("state").and_then(|s| s.as_str()).map(str::to_owned))
+                    .as_deref(),
+                Some("running") | Some("interrupted")
             ),
-        )
+        };
+        Ok(ReportWriter {
+            dir: dir.to_path_buf(),
+            keep_previous,
+        })
     }
 
-    /// The band every claim's driver uses (see `Claim`).
-    pub fn claim_band() -> Self {
-        Param::new("claim band", "P(yes) > 0.6 holds, < 0.4 violated")
-    }
-}
-
-/// One variant's figures.
-#[derive(Clone, Debug, Serialize)]
-pub struct VariantResult {
-    pub id: &'static str,
-    pub label: String,
-    pub threads: usize,
-    /// Unit of `value`, e.g. "ns per increment".
-    pub unit: String,
-    pub value: Summary,
-    /// TSC ticks per operation.
-    pub ticks: Option<Summary>,
-    /// Per-trial ratio to the experiment's baseline variant.
-    pub ratio_to_baseline: Option<Summary>,
-    /// The same ratio in the seed document, when it has one.
-    pub reference_ratio: Option<f64>,
-}
-
-/// A chart, described by its data; the HTML report draws it.
-#[derive(Clone, Debug, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Figure {
-    /// Horizontal bars with optional interval whiskers.
-    Bars {
-        title: String,
-        axis: String,
-        log: bool,
-        bars: Vec<Bar>,
-    },
-    /// Two values per row side by side (e.g. this machine vs the seed).
-    Paired {
-        title: String,
-        axis: String,
-        log: bool,
-        series: [String; 2],
-        rows: Vec<PairedRow>,
-    },
-    /// Every per-trial value of a claim's ratio against its bound.
-    Strips {
-        title: String,
-        axis: String,
-        log: bool,
-        strips: Vec<Strip>,
-    },
-    /// A plain table of preformatted cells (e.g. a seed's table beside ours).
-    Table {
-        title: String,
-        columns: Vec<String>,
-        rows: Vec<Vec<String>>,
-    },
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct Bar {
-    pub label: String,
-    pub value: f64,
-    pub lo: Option<f64>,
-    pub hi: Option<f64>,
-}
-
-impl Bar {
-    /// A bar at a summary's median, with the median's confidence interval as whiskers.
-    pub fn median(label: impl Into<String>, s: &Summary) -> Self {
-        Bar {
-            label: label.into(),
-            value: s.median,
-            lo: s.median_lo,
-            hi: s.median_hi,
+    fn names(&self, complete: bool) -> (PathBuf, PathBuf) {
+        if self.keep_previous && !complete {
+            (self.dir.join(PARTIAL_JSON), self.dir.join(PARTIAL_HTML))
+        } else {
+            (self.dir.join(JSON), self.dir.join(HTML))
         }
     }
-}
 
-#[derive(Clone, Debug, Serialize)]
-pub struct PairedRow {
-    pub label: String,
-    pub values: [Option<f64>; 2],
-}
+    /// Writes the report so far.
+    pub fn write(&self, report: &LabReport) -> Result<Vec<PathBuf>, String> {
+        let (json, html) = self.names(report.state == RunState::Complete);
+        let text = serde_json::to_string_pretty(report)
+            .map_err(|e| format!("cannot encode results: {e}"))?;
+        write_atomically(&json, text.as_bytes())?;
+        write_atomically(&html, html::render(report).as_bytes())?;
+        Ok(vec![json, html])
+    }
 
-#[derive(Clone, Debug, Serialize)]
-pub struct Strip {
-    pub label: String,
-    pub values: Vec<f64>,
-    pub bound: f64,
-    pub verdict: String,
-}
+    /// The last write: a complete run replaces the previous report and removes its partial
+    /// files; an interrupted one leaves the previous complete report in place.
+    pub fn finish(&self, report: &LabReport) -> Result<Vec<PathBuf>, String> {
+        let files = self.write(report)?;
+        if report.state == RunState::Complete {
+            let _ = std::fs::remove_file(self.dir.join(PARTIAL_JSON));
+            let _ = std::fs::remove_file(self.dir.join(PARTIAL_HTML));
+        }
+        Ok(files)
+    }
 
-/// Where the reference figures come from.
-#[derive(Clone, Debug, Serialize)]
-pub struct Reference {
-    pub source: String,
-    pub machine: String,
-}
-
-/// Everything one experiment produced.
-#[derive(Clone, Debug, Serialize)]
-pub struct ExperimentResult {
-    pub name: &'static str,
-    pub title: &'static str,
-    /// Seed document it reproduces.
-    pub seed: &'static str,
-    pub question: String,
-    pub unit: String,
-    pub baseline: Option<&'static str>,
-    pub parameters: Vec<Param>,
-    pub budget: Budget,
-    pub trials: u64,
-    pub stop_reason: String,
-    pub wall_s: f64,
-    pub variants: Vec<VariantResult>,
-    pub claims: Vec<ClaimResult>,
-    pub reference: Option<Reference>,
-    pub figures: Vec<Figure>,
-    pub notes: Vec<String>,
-}
-
-/// An experiment that could not finish, kept in the report with the reason.
-#[derive(Clone, Debug, Serialize)]
-pub struct ExperimentFailure {
-    pub name: String,
-    pub error: String,
-}
-
-/// A whole lab run.
-#[derive(Clone, Debug, Serialize)]
-pub struct LabReport {
-    pub tool: &'static str,
-    pub version: &'static str,
-    /// Seconds since the Unix epoch when the run started.
-    pub started_unix: u64,
-    /// The same, readable.
-    pub started_utc: String,
-    pub profile: Profile,
-    pub eps: f64,
-    pub machine: Machine,
-    pub experiments: Vec<ExperimentResult>,
-    pub failures: Vec<ExperimentFailure>,
-    /// True while experiments are still running (a partial report).
-    pub partial: bool,
-}
-
-/// `2026-11-21 09:28 UTC` from seconds since the Unix epoch (Hinnant's civil-from-days).
-pub fn utc_string(unix: u64) -> String {
-    let days = (unix / 86_400) as i64;
-    let secs = unix % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
-        secs / 3600,
-        secs % 3600 / 60
-    )
-}
-
-/// Writes `results.json` and `index.html` into `dir` (creating it). Files are written to a
-/// temporary name first and renamed, so an interrupted write never leaves a truncated report.
-pub fn write_report(dir: &Path, report: &LabReport) -> Result<Vec<PathBuf>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let json =
-        serde_json::to_string_pretty(report).map_err(|e| format!("cannot encode results: {e}"))?;
-    let json_path = dir.join("results.json");
-    write_atomically(&json_path, json.as_bytes())?;
-    let html_path = dir.join("index.html");
-    write_atomically(&html_path, render_html(report).as_bytes())?;
-    Ok(vec![json_path, html_path])
+    /// The earlier complete report left in place, when this run did not complete.
+    pub fn kept_previous(&self, report: &LabReport) -> Option<PathBuf> {
+        (self.keep_previous && report.state != RunState::Complete).then(|| self.dir.join(HTML))
+    }
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
@@ -228,14 +97,161 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
         .map_err(|e| format!("cannot move {} into place: {e}", path.display()))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// One column of a [`Grid`]: a cell from a variant.
+type Column<'a> = Box<dyn Fn(&crate::results::VariantResult) -> String + 'a>;
 
-    #[test]
-    fn utc_dates() {
-        assert_eq!(utc_string(0), "1970-01-01 00:00 UTC");
-        assert_eq!(utc_string(951_782_400), "2000-02-29 00:00 UTC");
-        assert_eq!(utc_string(1_795_253_336), "2026-11-21 09:28 UTC");
+/// A section as rows of preformatted cells, shared by the HTML, terminal and Markdown views
+/// so that all three show the same columns in the same units.
+pub struct Grid {
+    pub headers: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+    /// Row of the section's baseline variant.
+    pub baseline_row: Option<usize>,
+}
+
+/// The table of a section: per metric its median in one unit per column, the primary metric's
+/// confidence interval (when `with_ci`), ratio to the baseline, the reference's ratio and the
+/// `--baseline` run's ratio where they exist.
+pub fn section_grid(s: &crate::results::SectionResult, with_ci: bool) -> Grid {
+    use format::{num, ratio, Scale};
+    let mut headers = vec!["variant".to_string()];
+    let threads_differ = s.variants.windows(2).any(|w| w[0].threads != w[1].threads);
+    if threads_differ {
+        headers.push("threads".into());
+    }
+    let baseline_label = s
+        .baseline
+        .as_ref()
+        .and_then(|b| s.variants.iter().find(|v| &v.id == b))
+        .map(|v| v.id.clone());
+    let mut columns: Vec<Column> = Vec::new();
+    for (j, m) in s.metrics.iter().enumerate().filter(|(_, m)| !m.hidden) {
+        let id = m.id.clone();
+        let values = s
+            .variants
+            .iter()
+            .filter_map(|v| v.metric(&m.id))
+            .flat_map(|r| [r.summary.median]);
+        let scale = Scale::for_values(m.unit, values);
+        let unit = if scale.suffix.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", scale.suffix)
+        };
+        headers.push(format!("{}{unit}", m.label));
+        let idc = id.clone();
+        columns.push(Box::new(move |v| match v.metric(&idc) {
+            Some(r) => {
+                let lower_bound = v.capped_count() * 2 > v.capped.len();
+                format!(
+                    "{}{}",
+                    if lower_bound { "≥ " } else { "" },
+                    scale.num(r.summary.median)
+                )
+            }
+            None => "–".into(),
+        }));
+        if j == 0 && with_ci {
+            headers.push("median CI".into());
+            let idc = id.clone();
+            columns.push(Box::new(move |v| {
+                v.metric(&idc)
+                    .map_or("–".into(), |r| scale.interval(&r.summary))
+            }));
+        }
+        let pooled = s
+            .variants
+            .iter()
+            .any(|v| v.metric(&m.id).is_some_and(|r| r.pooled.is_some()));
+        if pooled {
+            let pscale = Scale::for_values(
+                m.unit,
+                s.variants
+                    .iter()
+                    .filter_map(|v| v.metric(&m.id).and_then(|r| r.pooled))
+                    .map(|p| p.median),
+            );
+            for (name, pick) in [("p99", 0usize), ("max", 1)] {
+                headers.push(format!(
+                    "{name} of all{}",
+                    if pscale.suffix.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", pscale.suffix)
+                    }
+                ));
+                let idc = id.clone();
+                columns.push(Box::new(move |v| {
+                    v.metric(&idc)
+                        .and_then(|r| r.pooled)
+                        .map_or("–".into(), |p| {
+                            pscale.num(if pick == 0 { p.p99 } else { p.max })
+                        })
+                }));
+            }
+        }
+        if m.show_max {
+            headers.push("largest".into());
+            let idc = id.clone();
+            columns.push(Box::new(move |v| {
+                v.metric(&idc)
+                    .map_or("–".into(), |r| scale.num(r.summary.max))
+            }));
+        }
+        if j == 0 {
+            if baseline_label.is_some() {
+                headers.push("× baseline".into());
+                let idc = id.clone();
+                columns.push(Box::new(move |v| {
+                    v.metric(&idc)
+                        .and_then(|r| r.ratio_to_baseline)
+                        .map_or("–".into(), |r| num(r.median))
+                }));
+            }
+            if s.variants.iter().any(|v| v.reference_ratio.is_some()) {
+                headers.push("reference ×".into());
+                columns.push(Box::new(|v| v.reference_ratio.map_or(String::new(), num)));
+            }
+            if s.variants
+                .iter()
+                .any(|v| v.metric(&m.id).is_some_and(|r| r.vs_baseline_run.is_some()))
+            {
+                headers.push("vs baseline run (unpaired)".into());
+                let idc = id.clone();
+                columns.push(Box::new(move |v| {
+                    v.metric(&idc)
+                        .and_then(|r| r.vs_baseline_run)
+                        .map_or("–".into(), ratio)
+                }));
+            }
+        }
+    }
+    let rows = s
+        .variants
+        .iter()
+        .map(|v| {
+            let capped = v.capped_count();
+            let mut label = v.label.clone();
+            if baseline_label.as_deref() == Some(v.id.as_str()) {
+                label.push_str(" (baseline)");
+            }
+            if capped > 0 {
+                label.push_str(&format!(" [capped {capped}/{}]", v.capped.len()));
+            }
+            let mut row = vec![label];
+            if threads_differ {
+                row.push(v.threads.to_string());
+            }
+            row.extend(columns.iter().map(|c| c(v)));
+            row
+        })
+        .collect();
+    Grid {
+        headers,
+        rows,
+        baseline_row: s
+            .baseline
+            .as_ref()
+            .and_then(|b| s.variants.iter().position(|v| &v.id == b)),
     }
 }

@@ -1,346 +1,440 @@
-//! SVG charts for the HTML report, drawn with plotters into strings (no files, no network).
+//! SVG charts for the HTML report, written by hand: dot-and-interval plots (every trial as a
+//! dot, the median as a bar, its confidence interval as a line), claim strips, and time
+//! series. No bars on log axes: a bar's length from an arbitrary base means nothing.
+//!
+//! Sizes are chosen so that at the report's width the text renders at 13 px (12 px for
+//! ticks), and labels sit on their own line above each row so that no label is ever cut.
 
-use plotters::prelude::*;
+use std::fmt::Write;
 
-use super::{Bar, Figure, PairedRow, Strip};
+use super::format::Scale;
+use crate::results::{ClaimKind, ClaimResult, SectionResult, Unit, Verdict};
 
-const WIDTH: u32 = 860;
-const ROW: u32 = 28;
-const LABEL_AREA: u32 = 290;
-const OURS: RGBColor = RGBColor(31, 119, 180);
-const SEED: RGBColor = RGBColor(170, 170, 170);
-const HOLDS: RGBColor = RGBColor(44, 160, 44);
-const VIOLATED: RGBColor = RGBColor(214, 39, 40);
-const UNDECIDED: RGBColor = RGBColor(230, 140, 20);
+const WIDTH: f64 = 760.0;
+const LEFT: f64 = 14.0;
+const RIGHT: f64 = 26.0;
+const ROW: f64 = 46.0;
+const STRIP: f64 = 18.0;
+const AXIS: f64 = 44.0;
+const OURS: &str = "#1f77b4";
+const CAPPED: &str = "#d62728";
+const HOLDS: &str = "#2ca02c";
+const VIOLATED: &str = "#d62728";
+const UNDECIDED: &str = "#e68c14";
 
-/// Renders a figure, or a short message in place of the chart when it has nothing to draw or
-/// the drawing fails (a report must never be lost to a chart).
-pub fn render(figure: &Figure) -> String {
-    let result = match figure {
-        Figure::Bars {
-            axis, log, bars, ..
-        } => bars_svg(axis, *log, bars),
-        Figure::Paired {
-            axis,
-            log,
-            series,
-            rows,
-            ..
-        } => paired_svg(axis, *log, series, rows),
-        Figure::Strips {
-            axis, log, strips, ..
-        } => strips_svg(axis, *log, strips),
-        // Tables are drawn as HTML tables by the report, not as charts.
-        Figure::Table { .. } => Ok(String::new()),
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A horizontal value axis, linear or logarithmic.
+#[derive(Clone, Copy, Debug)]
+struct Axis {
+    lo: f64,
+    hi: f64,
+    log: bool,
+}
+
+impl Axis {
+    /// Covers `values` (and `extra`); logarithmic when they span more than 30×.
+    fn fit(values: impl Iterator<Item = f64>) -> Option<Axis> {
+        let v: Vec<f64> = values.filter(|x| x.is_finite()).collect();
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        if !lo.is_finite() {
+            return None;
+        }
+        if lo > 0.0 && hi / lo > 30.0 {
+            let (a, b) = (lo.log10().floor(), (hi * 1.0001).log10().ceil());
+            return Some(Axis {
+                lo: 10f64.powf(a),
+                hi: 10f64.powf(b.max(a + 1.0)),
+                log: true,
+            });
+        }
+        let lo0 = if lo >= 0.0 && lo < 0.5 * hi { 0.0 } else { lo };
+        let span = (hi - lo0).max(hi.abs() * 1e-3).max(1e-12);
+        let step = nice_step(span / 5.0);
+        let a = (lo0 / step).floor() * step;
+        let b = ((hi / step).ceil() * step).max(a + step);
+        Some(Axis {
+            lo: a,
+            hi: b,
+            log: false,
+        })
+    }
+
+    fn x(&self, v: f64) -> f64 {
+        let f = if self.log {
+            (v.max(self.lo * 1e-3).log10() - self.lo.log10()) / (self.hi.log10() - self.lo.log10())
+        } else {
+            (v - self.lo) / (self.hi - self.lo)
+        };
+        LEFT + f.clamp(-0.01, 1.01) * (WIDTH - LEFT - RIGHT)
+    }
+
+    fn ticks(&self) -> Vec<f64> {
+        if self.log {
+            let (a, b) = (
+                self.lo.log10().round() as i32,
+                self.hi.log10().round() as i32,
+            );
+            let decades = b - a;
+            let mut t = Vec::new();
+            for e in a..=b {
+                let base = 10f64.powi(e);
+                t.push(base);
+                if decades <= 2 && e < b {
+                    t.push(2.0 * base);
+                    t.push(5.0 * base);
+                }
+            }
+            t
+        } else {
+            let step = nice_step((self.hi - self.lo) / 5.0);
+            let mut t = Vec::new();
+            let mut v = (self.lo / step).ceil() * step;
+            while v <= self.hi + step * 1e-9 {
+                t.push(if v.abs() < step * 1e-9 { 0.0 } else { v });
+                v += step;
+            }
+            t
+        }
+    }
+}
+
+/// 1, 2 or 5 × a power of ten, at least `raw`.
+fn nice_step(raw: f64) -> f64 {
+    let p = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * p)
+        .find(|&s| s >= raw)
+        .unwrap_or(10.0 * p)
+}
+
+fn open(h: f64, title: &str) -> String {
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {WIDTH} {h}\" width=\"{WIDTH}\" height=\"{h}\" role=\"img\" aria-label=\"{}\" font-family=\"system-ui, -apple-system, 'Segoe UI', sans-serif\" font-size=\"13\">\n",
+        esc(title)
+    )
+}
+
+/// The axis line, ticks, grid lines and the axis title, at `y`.
+fn axis(s: &mut String, a: &Axis, top: f64, y: f64, scale: &Scale, title: &str) {
+    let mut last_label = String::new();
+    for t in a.ticks() {
+        let x = a.x(t);
+        let _ = writeln!(
+            s,
+            "<line x1=\"{x:.1}\" y1=\"{top:.1}\" x2=\"{x:.1}\" y2=\"{y:.1}\" stroke=\"#e4e4e4\"/>"
+        );
+        let label = scale.num(t);
+        if label != last_label {
+            let _ = writeln!(
+                s,
+                "<text x=\"{x:.1}\" y=\"{:.1}\" font-size=\"12\" text-anchor=\"middle\" fill=\"#444\">{}</text>",
+                y + 15.0,
+                esc(&label)
+            );
+            last_label = label;
+        }
+    }
+    let _ = writeln!(
+        s,
+        "<line x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#888\"/>",
+        WIDTH - RIGHT
+    );
+    let _ = writeln!(
+        s,
+        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#444\">{}</text>",
+        (WIDTH + LEFT - RIGHT) / 2.0,
+        y + 34.0,
+        esc(title)
+    );
+}
+
+/// Deterministic vertical jitter in [0, 1) so that equal values stay visible.
+fn jitter(k: usize) -> f64 {
+    (k as f64 * 0.618_034) % 1.0
+}
+
+/// Every trial of every variant of a section, on its primary metric.
+pub fn section_dots(section: &SectionResult) -> Option<String> {
+    let metric = section.metrics.first()?;
+    let values = || {
+        section
+            .variants
+            .iter()
+            .filter_map(|v| v.metric(&metric.id))
+            .flat_map(|m| m.values.iter().copied())
     };
-    result.unwrap_or_else(|e| format!("<p class=\"muted\">(chart unavailable: {e})</p>"))
+    let scale = Scale::for_values(metric.unit, values());
+    let a = Axis::fit(values())?;
+    let n = section.variants.len() as f64;
+    let h = 8.0 + n * ROW + AXIS;
+    let mut s = open(h, &section.title);
+    for (i, v) in section.variants.iter().enumerate() {
+        let Some(m) = v.metric(&metric.id) else {
+            continue;
+        };
+        let y0 = 8.0 + i as f64 * ROW;
+        let baseline = section.baseline.as_deref() == Some(v.id.as_str());
+        let capped = v.capped_count();
+        let label = format!(
+            "{}{}{}",
+            v.label,
+            if baseline { " (baseline)" } else { "" },
+            if capped > 0 {
+                format!(
+                    " — capped in {capped} of {} trials (▷: at least)",
+                    v.capped.len()
+                )
+            } else {
+                String::new()
+            }
+        );
+        let _ = writeln!(
+            s,
+            "<text x=\"{LEFT}\" y=\"{:.1}\"{} fill=\"#222\">{}</text>",
+            y0 + 13.0,
+            if baseline { " font-weight=\"600\"" } else { "" },
+            esc(&label)
+        );
+        let strip = y0 + 19.0;
+        let _ = writeln!(
+            s,
+            "<rect x=\"{LEFT}\" y=\"{strip:.1}\" width=\"{:.1}\" height=\"{STRIP}\" fill=\"#f7f7f7\"/>",
+            WIDTH - LEFT - RIGHT
+        );
+        for (k, &x) in m.values.iter().enumerate() {
+            if !x.is_finite() || (a.log && x <= 0.0) {
+                continue;
+            }
+            let (cx, cy) = (a.x(x), strip + 3.0 + jitter(k) * (STRIP - 6.0));
+            if v.capped.get(k).copied().unwrap_or(false) {
+                let _ = writeln!(
+                    s,
+                    "<path d=\"M{:.1} {:.1} l7 3.5 l-7 3.5 z\" fill=\"none\" stroke=\"{CAPPED}\"/>",
+                    cx - 3.5,
+                    cy - 3.5
+                );
+            } else {
+                let _ = writeln!(
+                    s,
+                    "<circle cx=\"{cx:.1}\" cy=\"{cy:.1}\" r=\"2.6\" fill=\"{OURS}\" fill-opacity=\"0.45\"/>"
+                );
+            }
+        }
+        let sm = &m.summary;
+        if let (Some(lo), Some(hi)) = (sm.median_lo, sm.median_hi) {
+            let y = strip + STRIP / 2.0;
+            let _ = writeln!(
+                s,
+                "<line x1=\"{:.1}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#111\" stroke-width=\"2\"/>",
+                a.x(lo),
+                a.x(hi)
+            );
+        }
+        if sm.median.is_finite() {
+            let x = a.x(sm.median);
+            let _ = writeln!(
+                s,
+                "<line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#111\" stroke-width=\"3\"/>",
+                strip - 2.0,
+                strip + STRIP + 2.0
+            );
+        }
+    }
+    let title = format!(
+        "{} ({}{}) — dot: one trial · bar: median · line: its confidence interval",
+        metric.label,
+        scale.suffix,
+        if a.log { ", log scale" } else { "" }
+    );
+    axis(&mut s, &a, 6.0, 8.0 + n * ROW, &scale, &title);
+    s.push_str("</svg>\n");
+    Some(s)
 }
 
-type Res = Result<String, String>;
-
-fn err<E: std::fmt::Display>(e: E) -> String {
-    e.to_string()
+fn verdict_color(c: &ClaimResult) -> &'static str {
+    match c.verdict {
+        Verdict::Holds => HOLDS,
+        Verdict::Violated if c.kind == ClaimKind::Guarantee => VIOLATED,
+        Verdict::Violated => UNDECIDED,
+        Verdict::Undecided => "#999",
+    }
 }
 
-/// Axis range covering `values` with some air; for log axes, whole decades.
-fn x_range(values: impl Iterator<Item = f64>, log: bool) -> Option<(f64, f64)> {
-    let finite: Vec<f64> = values
-        .filter(|v| v.is_finite() && (!log || *v > 0.0))
-        .collect();
-    let lo = finite.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    if !lo.is_finite() || !hi.is_finite() {
+/// Each claim's per-trial ratios against its bound; the side where the relation holds is
+/// shaded.
+pub fn claim_strips(claims: &[ClaimResult]) -> Option<String> {
+    if claims.is_empty() {
         return None;
     }
-    if log {
-        Some((
-            10f64.powf((lo * 0.9).log10().floor()),
-            10f64.powf((hi * 1.05).log10().ceil()),
-        ))
-    } else {
-        Some((0.0f64.min(lo), hi * 1.1 + f64::EPSILON))
-    }
-}
-
-fn height(rows: usize) -> u32 {
-    60 + ROW * rows.max(1) as u32
-}
-
-/// Draws rows of marks on a horizontal value axis (linear or log) with row labels on the left.
-fn frame<DB: DrawingBackend>(
-    root: &DrawingArea<DB, plotters::coord::Shift>,
-    labels: &[String],
-    axis: &str,
-    log: bool,
-    range: (f64, f64),
-    mut draw_linear: impl FnMut(
-        &mut ChartContext<
-            '_,
-            DB,
-            Cartesian2d<
-                plotters::coord::types::RangedCoordf64,
-                plotters::coord::types::RangedCoordf64,
-            >,
-        >,
-    ) -> Result<(), String>,
-    mut draw_log: impl FnMut(
-        &mut ChartContext<
-            '_,
-            DB,
-            Cartesian2d<
-                plotters::coord::combinators::LogCoord<f64>,
-                plotters::coord::types::RangedCoordf64,
-            >,
-        >,
-    ) -> Result<(), String>,
-) -> Result<(), String>
-where
-    DB::ErrorType: 'static,
-{
-    let n = labels.len() as f64;
-    let label_of = |y: &f64| {
-        // Rows are drawn at y = i + 0.5 from the top; label the centres only.
-        let i = (n - y - 0.5).round();
-        if (y.fract() - 0.5).abs() < 1e-6 && i >= 0.0 && (i as usize) < labels.len() {
-            labels[i as usize].clone()
-        } else {
-            String::new()
-        }
-    };
-    let mut builder = ChartBuilder::on(root);
-    builder
-        .margin(10)
-        .margin_right(30)
-        .x_label_area_size(40)
-        .y_label_area_size(LABEL_AREA);
-    if log {
-        let mut chart = builder
-            .build_cartesian_2d((range.0..range.1).log_scale(), 0.0..n)
-            .map_err(err)?;
-        mesh(&mut chart, labels.len(), axis, &label_of)?;
-        draw_log(&mut chart)
-    } else {
-        let mut chart = builder
-            .build_cartesian_2d(range.0..range.1, 0.0..n)
-            .map_err(err)?;
-        mesh(&mut chart, labels.len(), axis, &label_of)?;
-        draw_linear(&mut chart)
-    }
-}
-
-/// Axes, ticks and row labels, the same for linear and log value axes.
-fn mesh<DB, X>(
-    chart: &mut ChartContext<'_, DB, Cartesian2d<X, plotters::coord::types::RangedCoordf64>>,
-    rows: usize,
-    axis: &str,
-    label_of: &dyn Fn(&f64) -> String,
-) -> Result<(), String>
-where
-    DB: DrawingBackend,
-    DB::ErrorType: 'static,
-    X: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
-{
-    chart
-        .configure_mesh()
-        .disable_y_mesh()
-        .y_labels(rows * 2 + 1)
-        .y_label_formatter(label_of)
-        .x_desc(axis)
-        .x_label_formatter(&|v| short_number(*v))
-        .label_style(("sans-serif", 13))
-        .draw()
-        .map_err(err)
-}
-
-/// Row `i` (from the top) occupies y in [n - i - 1, n - i].
-fn row_span(n: usize, i: usize) -> (f64, f64) {
-    ((n - i - 1) as f64, (n - i) as f64)
-}
-
-macro_rules! draw_both {
-    ($root:expr, $labels:expr, $axis:expr, $log:expr, $range:expr, |$chart:ident| $body:block) => {
-        frame(
-            $root,
-            $labels,
-            $axis,
-            $log,
-            $range,
-            |$chart| $body,
-            |$chart| $body,
-        )
-    };
-}
-
-fn bars_svg(axis: &str, log: bool, bars: &[Bar]) -> Res {
-    let range = x_range(
-        bars.iter()
-            .flat_map(|b| [Some(b.value), b.lo, b.hi])
-            .flatten(),
-        log,
-    )
-    .ok_or("no finite values")?;
-    let labels: Vec<String> = bars.iter().map(|b| b.label.clone()).collect();
-    let n = bars.len();
-    let mut out = String::new();
-    {
-        let root = SVGBackend::with_string(&mut out, (WIDTH, height(n))).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        draw_both!(&root, &labels, axis, log, range, |chart| {
-            for (i, b) in bars.iter().enumerate() {
-                let (y0, y1) = row_span(n, i);
-                let base = if log { range.0 } else { 0.0 };
-                chart
-                    .draw_series(std::iter::once(Rectangle::new(
-                        [(base, y0 + 0.18), (b.value, y1 - 0.18)],
-                        OURS.mix(0.85).filled(),
-                    )))
-                    .map_err(err)?;
-                if let (Some(lo), Some(hi)) = (b.lo, b.hi) {
-                    let ym = (y0 + y1) / 2.0;
-                    chart
-                        .draw_series(std::iter::once(PathElement::new(
-                            vec![(lo, ym), (hi, ym)],
-                            BLACK.stroke_width(2),
-                        )))
-                        .map_err(err)?;
-                    for x in [lo, hi] {
-                        chart
-                            .draw_series(std::iter::once(PathElement::new(
-                                vec![(x, ym - 0.15), (x, ym + 0.15)],
-                                BLACK.stroke_width(2),
-                            )))
-                            .map_err(err)?;
-                    }
-                }
-            }
-            Ok(())
-        })?;
-        root.present().map_err(err)?;
-    }
-    Ok(out)
-}
-
-fn paired_svg(axis: &str, log: bool, series: &[String; 2], rows: &[PairedRow]) -> Res {
-    let range =
-        x_range(rows.iter().flat_map(|r| r.values).flatten(), log).ok_or("no finite values")?;
-    let labels: Vec<String> = rows.iter().map(|r| r.label.clone()).collect();
-    let n = rows.len();
-    let mut out = String::new();
-    {
-        let root = SVGBackend::with_string(&mut out, (WIDTH, height(n) + 24)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let (legend, body) = root.split_vertically(24);
-        for (k, (name, color)) in series.iter().zip([OURS, SEED]).enumerate() {
-            let x = LABEL_AREA as i32 + 20 + k as i32 * 260;
-            legend
-                .draw(&Rectangle::new([(x, 6), (x + 14, 18)], color.filled()))
-                .map_err(err)?;
-            legend
-                .draw(&Text::new(name.clone(), (x + 20, 6), ("sans-serif", 13)))
-                .map_err(err)?;
-        }
-        draw_both!(&body, &labels, axis, log, range, |chart| {
-            for (i, r) in rows.iter().enumerate() {
-                let (y0, y1) = row_span(n, i);
-                let base = if log { range.0 } else { 0.0 };
-                let mid = (y0 + y1) / 2.0;
-                for (k, (v, color)) in r.values.iter().zip([OURS, SEED]).enumerate() {
-                    if let Some(v) = v.filter(|v| v.is_finite() && (!log || *v > 0.0)) {
-                        let (a, b) = if k == 0 {
-                            (mid, y1 - 0.12)
-                        } else {
-                            (y0 + 0.12, mid)
-                        };
-                        chart
-                            .draw_series(std::iter::once(Rectangle::new(
-                                [(base, a), (v, b)],
-                                color.filled(),
-                            )))
-                            .map_err(err)?;
-                    }
-                }
-            }
-            Ok(())
-        })?;
-        root.present().map_err(err)?;
-    }
-    Ok(out)
-}
-
-fn strips_svg(axis: &str, log: bool, strips: &[Strip]) -> Res {
-    let range = x_range(
-        strips
+    let a = Axis::fit(
+        claims
             .iter()
-            .flat_map(|s| s.values.iter().copied().chain([s.bound])),
-        log,
-    )
-    .ok_or("no finite values")?;
-    let labels: Vec<String> = strips.iter().map(|s| s.label.clone()).collect();
-    let n = strips.len();
-    let mut out = String::new();
-    {
-        let root = SVGBackend::with_string(&mut out, (WIDTH, height(n))).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        draw_both!(&root, &labels, axis, log, range, |chart| {
-            for (i, s) in strips.iter().enumerate() {
-                let (y0, y1) = row_span(n, i);
-                let color = match s.verdict.as_str() {
-                    "holds" => HOLDS,
-                    "violated" => VIOLATED,
-                    _ => UNDECIDED,
-                };
-                // Deterministic jitter so that repeated values stay visible.
-                let points = s
-                    .values
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, v)| v.is_finite() && (!log || **v > 0.0))
-                    .map(|(k, &v)| {
-                        let jitter = ((k as f64 * 0.618_034) % 1.0) * 0.5 + 0.25;
-                        Circle::new((v, y0 + jitter), 3, color.mix(0.6).filled())
-                    });
-                chart.draw_series(points).map_err(err)?;
-                chart
-                    .draw_series(std::iter::once(PathElement::new(
-                        vec![(s.bound, y0 + 0.05), (s.bound, y1 - 0.05)],
-                        BLACK.stroke_width(2),
-                    )))
-                    .map_err(err)?;
+            .flat_map(|c| c.ratios.iter().copied().chain([c.bound]))
+            .filter(|x| *x > 0.0),
+    )?;
+    let scale = Scale::for_values(Unit::Ratio, [1.0]);
+    let n = claims.len() as f64;
+    let h = 8.0 + n * ROW + AXIS;
+    let mut s = open(h, "claims");
+    for (i, c) in claims.iter().enumerate() {
+        let y0 = 8.0 + i as f64 * ROW;
+        let _ = writeln!(
+            s,
+            "<text x=\"{LEFT}\" y=\"{:.1}\" fill=\"#222\"><tspan font-weight=\"600\" fill=\"{}\">{}</tspan> {} — {} / {} {} {}</text>",
+            y0 + 13.0,
+            verdict_color(c),
+            esc(c.verdict.word(c.kind)),
+            esc(&c.id),
+            esc(&c.numerator.variant),
+            esc(&c.denominator.variant),
+            c.symbol(),
+            c.bound
+        );
+        let strip = y0 + 19.0;
+        let bx = a.x(c.bound);
+        let (x0, x1) = if c.relation == "at_most" {
+            (LEFT, bx)
+        } else {
+            (bx, WIDTH - RIGHT)
+        };
+        let _ = writeln!(
+            s,
+            "<rect x=\"{LEFT}\" y=\"{strip:.1}\" width=\"{:.1}\" height=\"{STRIP}\" fill=\"#f7f7f7\"/>",
+            WIDTH - LEFT - RIGHT
+        );
+        let _ = writeln!(
+            s,
+            "<rect x=\"{x0:.1}\" y=\"{strip:.1}\" width=\"{:.1}\" height=\"{STRIP}\" fill=\"#e3f3e3\"/>",
+            (x1 - x0).max(0.0)
+        );
+        for (k, &r) in c.ratios.iter().enumerate() {
+            if r.is_finite() && r > 0.0 {
+                let _ = writeln!(
+                    s,
+                    "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"2.6\" fill=\"{OURS}\" fill-opacity=\"0.5\"/>",
+                    a.x(r),
+                    strip + 3.0 + jitter(k) * (STRIP - 6.0)
+                );
             }
-            Ok(())
-        })?;
-        root.present().map_err(err)?;
+        }
+        let _ = writeln!(
+            s,
+            "<line x1=\"{bx:.1}\" y1=\"{:.1}\" x2=\"{bx:.1}\" y2=\"{:.1}\" stroke=\"#111\" stroke-width=\"2\" stroke-dasharray=\"4 2\"/>",
+            strip - 3.0,
+            strip + STRIP + 3.0
+        );
     }
-    Ok(out)
+    let title = format!(
+        "ratio per trial{} — green: where the relation holds · dashed: the bound",
+        if a.log { " (log scale)" } else { "" }
+    );
+    axis(&mut s, &a, 6.0, 8.0 + n * ROW, &scale, &title);
+    s.push_str("</svg>\n");
+    Some(s)
 }
 
-/// 0.5, 3, 40, 1.2k, 3M: axis ticks that stay short.
-fn short_number(v: f64) -> String {
-    let a = v.abs();
-    if a == 0.0 {
-        "0".into()
-    } else if a >= 1e6 {
-        format!("{}M", trim(v / 1e6))
-    } else if a >= 1e3 {
-        format!("{}k", trim(v / 1e3))
-    } else {
-        trim(v)
+/// The time series of a section's variants (their last trial), one line each.
+pub fn section_series(section: &SectionResult) -> Option<String> {
+    let series: Vec<_> = section
+        .variants
+        .iter()
+        .filter_map(|v| v.series.as_ref().map(|s| (v, s)))
+        .collect();
+    if series.is_empty() {
+        return None;
     }
-}
-
-fn trim(v: f64) -> String {
-    let s = if v.abs() >= 10.0 {
-        format!("{v:.0}")
-    } else if v.abs() >= 1.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
+    let metric = section
+        .metrics
+        .iter()
+        .find(|m| m.id == series[0].1.metric)
+        .or(section.metrics.first())?;
+    let all = || series.iter().flat_map(|(_, s)| s.values.iter().copied());
+    let scale = Scale::for_values(metric.unit, all());
+    let ymax = all().filter(|v| v.is_finite()).fold(0.0, f64::max);
+    if ymax <= 0.0 {
+        return None;
+    }
+    let ystep = nice_step(ymax / 4.0);
+    let ytop = (ymax / ystep).ceil() * ystep;
+    let tmax = series
+        .iter()
+        .map(|(_, s)| s.step_s * s.values.len() as f64)
+        .fold(0.0, f64::max);
+    let xa = Axis::fit([0.0, tmax].into_iter())?;
+    let (top, plot_h) = (30.0 + 20.0 * series.len() as f64, 200.0);
+    let h = top + plot_h + AXIS;
+    let mut s = open(h, &section.title);
+    let colors = [
+        "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2",
+    ];
+    for (k, (v, _)) in series.iter().enumerate() {
+        let y = 18.0 + 20.0 * k as f64;
+        let c = colors[k % colors.len()];
+        let _ = writeln!(
+            s,
+            "<line x1=\"{LEFT}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"{c}\" stroke-width=\"3\"/><text x=\"{:.1}\" y=\"{:.1}\" fill=\"#222\">{}</text>",
+            y - 4.0,
+            LEFT + 24.0,
+            y - 4.0,
+            LEFT + 30.0,
+            y,
+            esc(&v.label)
+        );
+    }
+    let yv = |v: f64| top + plot_h - (v / ytop) * plot_h;
+    let mut t = 0.0;
+    while t <= ytop + ystep * 1e-9 {
+        let y = yv(t);
+        let _ = writeln!(
+            s,
+            "<line x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#e4e4e4\"/><text x=\"{:.1}\" y=\"{:.1}\" font-size=\"12\" fill=\"#444\">{}</text>",
+            WIDTH - RIGHT,
+            LEFT + 2.0,
+            y - 3.0,
+            esc(&scale.with_unit(t))
+        );
+        t += ystep;
+    }
+    for (k, (_, ser)) in series.iter().enumerate() {
+        let c = colors[k % colors.len()];
+        let points: Vec<String> = ser
+            .values
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.is_finite())
+            .map(|(i, &v)| format!("{:.1},{:.1}", xa.x((i as f64 + 0.5) * ser.step_s), yv(v)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"2\"/>",
+            points.join(" ")
+        );
+    }
+    let time_scale = Scale {
+        divisor: 1.0,
+        suffix: "s",
     };
-    if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        s
-    }
+    axis(
+        &mut s,
+        &xa,
+        top,
+        top + plot_h,
+        &time_scale,
+        &format!(
+            "seconds into the run (last trial) — {} ({})",
+            metric.label, scale.suffix
+        ),
+    );
+    s.push_str("</svg>\n");
+    Some(s)
 }
 
 #[cfg(test)]
@@ -348,81 +442,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn charts_render_to_svg() {
-        let bars = Figure::Bars {
-            title: "t".into(),
-            axis: "ns".into(),
-            log: true,
-            bars: vec![
-                Bar {
-                    label: "one".into(),
-                    value: 1.0,
-                    lo: Some(0.9),
-                    hi: Some(1.1),
-                },
-                Bar {
-                    label: "two".into(),
-                    value: 40.0,
-                    lo: None,
-                    hi: None,
-                },
-            ],
-        };
-        let svg = render(&bars);
-        assert!(
-            svg.starts_with("<svg") && svg.contains("one") && svg.contains("<rect"),
-            "{svg}"
-        );
-        let paired = Figure::Paired {
-            title: "t".into(),
-            axis: "x".into(),
-            log: false,
-            series: ["ours".into(), "seed".into()],
-            rows: vec![PairedRow {
-                label: "r".into(),
-                values: [Some(2.0), None],
-            }],
-        };
-        assert!(render(&paired).contains("ours"));
-        let strips = Figure::Strips {
-            title: "t".into(),
-            axis: "x".into(),
-            log: true,
-            strips: vec![Strip {
-                label: "c".into(),
-                values: vec![2.0, 3.0],
-                bound: 1.5,
-                verdict: "holds".into(),
-            }],
-        };
-        assert!(render(&strips).contains("<circle"));
+    fn axes_pick_log_only_for_wide_ranges() {
+        let a = Axis::fit([1.0, 20.0].into_iter()).unwrap();
+        assert!(!a.log && a.lo == 0.0 && a.hi >= 20.0, "{a:?}");
+        let a = Axis::fit([0.3, 200.0].into_iter()).unwrap();
+        assert!(a.log && a.lo <= 0.3 && a.hi >= 200.0, "{a:?}");
+        assert!(Axis::fit([f64::NAN].into_iter()).is_none());
+        // Every tick label is distinct.
+        let a = Axis::fit([0.9, 1.1].into_iter()).unwrap();
+        let t = a.ticks();
+        assert!(t.len() >= 2);
+        let mut labels: Vec<String> = t.iter().map(|v| format!("{v:.3}")).collect();
+        labels.dedup();
+        assert_eq!(labels.len(), t.len());
     }
 
     #[test]
-    fn empty_charts_degrade_to_a_message() {
-        let bars = Figure::Bars {
-            title: "t".into(),
-            axis: "ns".into(),
-            log: true,
-            bars: vec![],
-        };
-        assert!(render(&bars).contains("chart unavailable"));
-    }
-
-    #[test]
-    fn log_axes_leave_room_left_of_the_smallest_bar() {
-        // A bar of exactly 1 must not start at the axis origin (it would have no length).
-        let (lo, hi) = x_range([1.0, 20.0].into_iter(), true).unwrap();
-        assert!(lo < 1.0 && hi >= 20.0, "{lo} {hi}");
-        assert_eq!(x_range([f64::NAN].into_iter(), true), None);
-        assert_eq!(x_range([-1.0, 0.0].into_iter(), true), None);
-    }
-
-    #[test]
-    fn short_numbers() {
-        assert_eq!(short_number(1500.0), "1.5k");
-        assert_eq!(short_number(0.5), "0.5");
-        assert_eq!(short_number(40.0), "40");
-        assert_eq!(short_number(2_000_000.0), "2M");
+    fn nice_steps() {
+        assert_eq!(nice_step(0.3), 0.5);
+        assert_eq!(nice_step(7.0), 10.0);
+        assert_eq!(nice_step(1.0), 1.0);
     }
 }

@@ -37,8 +37,6 @@ macro_rules! model_lock {
         }
     };
 }
-model_lock!(TasLock);
-model_lock!(TtasLock);
 model_lock!(SpinLock);
 model_lock!(TicketLock);
 model_lock!(FutexMutex);
@@ -118,16 +116,6 @@ fn model_rounds<L: ModelLock>(rounds: &[u32], preemption_bound: usize, use_try: 
         unsafe { s.lock.release() };
         assert_eq!(total, rounds.iter().sum::<u32>());
     });
-}
-
-#[test]
-fn tas_two_threads() {
-    model::<TasLock>(2, 2, 3, true);
-}
-
-#[test]
-fn ttas_two_threads() {
-    model::<TtasLock>(2, 2, 3, true);
 }
 
 #[test]

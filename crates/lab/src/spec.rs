@@ -1,0 +1,519 @@
+//! How an experiment is declared: parameters, sections, variants, one trial's measurement,
+//! claims. The [`runner`](crate::runner) does everything else.
+//!
+//! ```text
+//! Plan
+//!  ├─ Section "signal"  (baseline variant, metrics: one unit per column)
+//!  │    ├─ Variant "signal-plain"  ── run(n) → Span / Sample        (one per trial)
+//!  │    └─ Variant "signal-sp"
+//!  ├─ Section "asleep" …
+//!  ├─ Claim: guarantee "sp-signal": signal-sp / signal-plain ≤ 1.25   (per trial, CSM-decided)
+//!  └─ finish: derived tables and notes
+//! ```
+//!
+//! A variant's closure measures *one* run. Three shapes:
+//! - [`Variant::per_op`]: `run(n)` performs `n` operations and returns the [`Span`] it took; the
+//!   runner picks `n` so that a run lasts the profile's target, and records nanoseconds and TSC
+//!   ticks per operation (metrics `time` and `ticks`, see [`Section::per_op`]).
+//! - [`Variant::calibrated`]: `run(n)` does `n` units of work and returns a [`Sample`] of named
+//!   metrics; the runner picks `n` from the wall time of the call.
+//! - [`Variant::fixed`]: `run()` does what the experiment sized itself and returns a [`Sample`].
+
+use crate::kit::Span;
+use crate::references::Doc;
+use crate::results::{Better, ExperimentResult, Unit};
+
+/// What `spindle lab --list` shows, and what the runner budgets.
+#[derive(Clone, Copy, Debug)]
+pub struct Info {
+    pub name: &'static str,
+    pub title: &'static str,
+    /// One line for `--list`.
+    pub summary: &'static str,
+    /// The question the experiment answers, for the report.
+    pub question: &'static str,
+    pub references: &'static [Doc],
+    /// Seconds this experiment may take in the quick profile (the full profile allows six
+    /// times as much). The sum over the catalogue is the lab's time bound.
+    pub quick_seconds: u32,
+}
+
+/// An experiment of the lab.
+pub trait Experiment: Sync {
+    fn info(&self) -> Info;
+    /// Sizes the parameters from `ctx`, builds state and a [`Plan`] that borrows it, and hands
+    /// the plan to [`Ctx::measure`](crate::runner::Ctx::measure). An `Err` is reported as the
+    /// experiment's failure (with whatever it measured before).
+    fn run(&self, ctx: &mut crate::runner::Ctx<'_>) -> Result<(), String>;
+}
+
+/// A column of a section: one metric, one unit.
+#[derive(Clone, Debug)]
+pub struct Metric {
+    pub id: &'static str,
+    pub label: String,
+    pub unit: Unit,
+    pub better: Better,
+    pub show_max: bool,
+    pub hidden: bool,
+}
+
+impl Metric {
+    /// A duration in nanoseconds; lower is better.
+    pub fn time(id: &'static str, label: impl Into<String>) -> Self {
+        Self::new(id, label, Unit::Nanoseconds, Better::Lower)
+    }
+
+    /// Events per second; higher is better.
+    pub fn rate(id: &'static str, label: impl Into<String>) -> Self {
+        Self::new(id, label, Unit::PerSecond, Better::Higher)
+    }
+
+    /// A count; lower is better.
+    pub fn count(id: &'static str, label: impl Into<String>) -> Self {
+        Self::new(id, label, Unit::Count, Better::Lower)
+    }
+
+    /// A dimensionless ratio; lower is better.
+    pub fn ratio(id: &'static str, label: impl Into<String>) -> Self {
+        Self::new(id, label, Unit::Ratio, Better::Lower)
+    }
+
+    pub fn new(id: &'static str, label: impl Into<String>, unit: Unit, better: Better) -> Self {
+        Metric {
+            id,
+            label: label.into(),
+            unit,
+            better,
+            show_max: false,
+            hidden: false,
+        }
+    }
+
+    /// Recorded and usable by claims and derived tables, but not a column of the section's
+    /// table (e.g. one figure per input size).
+    pub fn hidden(mut self) -> Self {
+        self.hidden = true;
+        self
+    }
+
+    /// Show the largest per-trial value beside the median (worst waits, peak garbage).
+    pub fn show_max(mut self) -> Self {
+        self.show_max = true;
+        self
+    }
+
+    pub fn higher_is_better(mut self) -> Self {
+        self.better = Better::Higher;
+        self
+    }
+}
+
+/// A group of variants compared in the same units against one baseline. The first metric is
+/// the section's primary one: charts show it, and claims use it unless they name another.
+#[derive(Clone, Debug)]
+pub struct Section {
+    pub id: &'static str,
+    pub title: String,
+    pub baseline: Option<String>,
+    pub metrics: Vec<Metric>,
+}
+
+impl Section {
+    pub fn new(id: &'static str, title: impl Into<String>) -> Self {
+        Section {
+            id,
+            title: title.into(),
+            baseline: None,
+            metrics: Vec::new(),
+        }
+    }
+
+    /// A section of [`Variant::per_op`] variants: metrics `time` (ns per `what`) and `ticks`.
+    pub fn per_op(id: &'static str, title: impl Into<String>, what: &str) -> Self {
+        Self::new(id, title)
+            .metric(Metric::time("time", format!("per {what}")))
+            .metric(Metric::new(
+                "ticks",
+                format!("TSC ticks per {what}"),
+                Unit::Ticks,
+                Better::Lower,
+            ))
+    }
+
+    pub fn baseline(mut self, variant: impl Into<String>) -> Self {
+        self.baseline = Some(variant.into());
+        self
+    }
+
+    pub fn metric(mut self, m: Metric) -> Self {
+        self.metrics.push(m);
+        self
+    }
+}
+
+/// What one run of a variant measured.
+#[derive(Clone, Debug, Default)]
+pub struct Sample {
+    pub values: Vec<(&'static str, f64)>,
+    pub pooled: Vec<(&'static str, Vec<f64>)>,
+    pub series: Option<(&'static str, f64, Vec<f64>)>,
+    pub capped: bool,
+}
+
+impl Sample {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// One value of a metric for this trial.
+    pub fn with(mut self, metric: &'static str, value: f64) -> Self {
+        self.values.push((metric, value));
+        self
+    }
+
+    /// Many observations of a metric (pooled over trials into quantiles), e.g. every single
+    /// latency of a batch whose median is this trial's value.
+    pub fn pool(mut self, metric: &'static str, values: Vec<f64>) -> Self {
+        self.pooled.push((metric, values));
+        self
+    }
+
+    /// A time series (`step_s` seconds apart); the report draws the last trial's.
+    pub fn series(mut self, metric: &'static str, step_s: f64, values: Vec<f64>) -> Self {
+        self.series = Some((metric, step_s, values));
+        self
+    }
+
+    /// The run hit a time cap: its values are lower bounds, and claims that depend on it in
+    /// this trial cannot be judged.
+    pub fn capped(mut self, capped: bool) -> Self {
+        self.capped |= capped;
+        self
+    }
+
+    pub fn value(&self, metric: &str) -> Option<f64> {
+        self.values
+            .iter()
+            .find(|(m, _)| *m == metric)
+            .map(|(_, v)| *v)
+    }
+}
+
+pub(crate) enum Body<'a> {
+    PerOp(Box<dyn FnMut(u64) -> Span + 'a>),
+    Calibrated(Box<dyn FnMut(u64) -> Sample + 'a>),
+    Fixed(Box<dyn FnMut() -> Sample + 'a>),
+}
+
+/// A contestant: ours, a peer, or a floor.
+pub struct Variant<'a> {
+    pub section: &'static str,
+    pub id: String,
+    pub label: String,
+    pub threads: usize,
+    /// The reference document's ratio to the section's baseline.
+    pub reference_ratio: Option<f64>,
+    /// Largest `n` calibration may pick (per-op and calibrated variants).
+    pub max_work: u64,
+    /// Use this `n` instead of calibrating.
+    pub fixed_work: Option<u64>,
+    pub(crate) body: Body<'a>,
+}
+
+impl<'a> Variant<'a> {
+    fn with_body(
+        section: &'static str,
+        id: impl Into<String>,
+        label: impl Into<String>,
+        body: Body<'a>,
+    ) -> Self {
+        Variant {
+            section,
+            id: id.into(),
+            label: label.into(),
+            threads: 1,
+            reference_ratio: None,
+            max_work: 1 << 40,
+            fixed_work: None,
+            body,
+        }
+    }
+
+    /// `run(n)` performs `n` operations and returns how long they took.
+    pub fn per_op(
+        section: &'static str,
+        id: impl Into<String>,
+        label: impl Into<String>,
+        run: impl FnMut(u64) -> Span + 'a,
+    ) -> Self {
+        Self::with_body(section, id, label, Body::PerOp(Box::new(run)))
+    }
+
+    /// `run(n)` does `n` units of work (the runner sizes `n` from wall time).
+    pub fn calibrated(
+        section: &'static str,
+        id: impl Into<String>,
+        label: impl Into<String>,
+        run: impl FnMut(u64) -> Sample + 'a,
+    ) -> Self {
+        Self::with_body(section, id, label, Body::Calibrated(Box::new(run)))
+    }
+
+    /// `run()` does work the experiment sized itself.
+    pub fn fixed(
+        section: &'static str,
+        id: impl Into<String>,
+        label: impl Into<String>,
+        run: impl FnMut() -> Sample + 'a,
+    ) -> Self {
+        Self::with_body(section, id, label, Body::Fixed(Box::new(run)))
+    }
+
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.threads = threads;
+        self
+    }
+
+    /// The reference document's ratio to the section's baseline (None: it has none).
+    pub fn reference(mut self, ratio: impl Into<Option<f64>>) -> Self {
+        self.reference_ratio = ratio.into();
+        self
+    }
+
+    pub fn max_work(mut self, n: u64) -> Self {
+        self.max_work = n.max(1);
+        self
+    }
+
+    /// Always run with `n` units of work (no calibration).
+    pub fn work(mut self, n: u64) -> Self {
+        self.fixed_work = Some(n.max(1));
+        self
+    }
+}
+
+/// Whether a claim bounds a ratio from above or from below.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Relation {
+    AtMost(f64),
+    AtLeast(f64),
+}
+
+impl Relation {
+    pub fn holds(self, ratio: f64) -> bool {
+        match self {
+            Relation::AtMost(b) => ratio <= b,
+            Relation::AtLeast(b) => ratio >= b,
+        }
+    }
+
+    pub fn bound(self) -> f64 {
+        match self {
+            Relation::AtMost(b) | Relation::AtLeast(b) => b,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Relation::AtMost(_) => "at_most",
+            Relation::AtLeast(_) => "at_least",
+        }
+    }
+
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Relation::AtMost(_) => "≤",
+            Relation::AtLeast(_) => "≥",
+        }
+    }
+}
+
+/// A statement about the ratio of two (variant, metric) values measured in the same trial.
+///
+/// Each trial is a Bernoulli outcome — did `numerator / denominator` satisfy the relation? —
+/// and a CSM driver tests P(yes) against the band (0.4, 0.6): above 0.6 the claim holds (so the
+/// *median* ratio satisfies the relation), below 0.4 it is violated, inside the band it is
+/// borderline. A claim the budget cannot decide is reported undecided, never rounded.
+#[derive(Clone, Debug)]
+pub struct Claim {
+    pub id: &'static str,
+    pub kind: crate::results::ClaimKind,
+    pub statement: String,
+    pub reference: Option<(Doc, String)>,
+    pub numerator: (String, Option<&'static str>),
+    pub denominator: (String, Option<&'static str>),
+    pub relation: Relation,
+    pub band: (f64, f64),
+}
+
+impl Claim {
+    fn new(id: &'static str, kind: crate::results::ClaimKind, statement: String) -> Self {
+        Claim {
+            id,
+            kind,
+            statement,
+            reference: None,
+            numerator: (String::new(), None),
+            denominator: (String::new(), None),
+            relation: Relation::AtMost(1.0),
+            band: (0.4, 0.6),
+        }
+    }
+
+    /// Spindle's promise about its own code: a violation is a defect.
+    pub fn guarantee(id: &'static str, statement: impl Into<String>) -> Self {
+        Self::new(id, crate::results::ClaimKind::Guarantee, statement.into())
+    }
+
+    /// A figure of `doc` re-measured; `figure` says what the document found, in words.
+    pub fn reproduction(
+        id: &'static str,
+        statement: impl Into<String>,
+        doc: Doc,
+        figure: impl Into<String>,
+    ) -> Self {
+        let mut c = Self::new(
+            id,
+            crate::results::ClaimKind::Reproduction,
+            statement.into(),
+        );
+        c.reference = Some((doc, figure.into()));
+        c
+    }
+
+    /// The ratio of two variants' primary metrics.
+    pub fn ratio(mut self, numerator: impl Into<String>, denominator: impl Into<String>) -> Self {
+        self.numerator.0 = numerator.into();
+        self.denominator.0 = denominator.into();
+        self
+    }
+
+    /// Use this metric (of both operands) instead of their sections' primary metric.
+    pub fn metric(mut self, metric: &'static str) -> Self {
+        self.numerator.1 = Some(metric);
+        self.denominator.1 = Some(metric);
+        self
+    }
+
+    pub fn at_most(mut self, bound: f64) -> Self {
+        self.relation = Relation::AtMost(bound);
+        self
+    }
+
+    pub fn at_least(mut self, bound: f64) -> Self {
+        self.relation = Relation::AtLeast(bound);
+        self
+    }
+}
+
+/// Everything an experiment declares.
+#[derive(Default)]
+pub struct Plan<'a> {
+    pub(crate) params: Vec<(String, String)>,
+    pub(crate) sections: Vec<Section>,
+    pub(crate) variants: Vec<Variant<'a>>,
+    pub(crate) claims: Vec<Claim>,
+    pub(crate) notes: Vec<String>,
+    #[allow(clippy::type_complexity)]
+    pub(crate) finish: Vec<Box<dyn Fn(&mut ExperimentResult) + 'a>>,
+}
+
+impl<'a> Plan<'a> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn param(&mut self, name: impl Into<String>, value: impl ToString) -> &mut Self {
+        self.params.push((name.into(), value.to_string()));
+        self
+    }
+
+    pub fn section(&mut self, s: Section) -> &mut Self {
+        self.sections.push(s);
+        self
+    }
+
+    pub fn variant(&mut self, v: Variant<'a>) -> &mut Self {
+        self.variants.push(v);
+        self
+    }
+
+    pub fn claim(&mut self, c: Claim) -> &mut Self {
+        self.claims.push(c);
+        self
+    }
+
+    pub fn note(&mut self, text: impl Into<String>) -> &mut Self {
+        self.notes.push(text.into());
+        self
+    }
+
+    /// Runs on the assembled result each time it is written (partial or final): derived
+    /// tables, notes that need the measurements.
+    pub fn finish(&mut self, f: impl Fn(&mut ExperimentResult) + 'a) -> &mut Self {
+        self.finish.push(Box::new(f));
+        self
+    }
+
+    pub fn variant_count(&self) -> usize {
+        self.variants.len()
+    }
+
+    /// Checks that every name refers to something declared; a mistake here is a bug in the
+    /// experiment, reported as its failure.
+    pub(crate) fn validate(&self) -> Result<(), String> {
+        let mut ids = std::collections::HashSet::new();
+        for v in &self.variants {
+            if !ids.insert(v.id.as_str()) {
+                return Err(format!("variant id '{}' is declared twice", v.id));
+            }
+            if !self.sections.iter().any(|s| s.id == v.section) {
+                return Err(format!(
+                    "variant '{}' names unknown section '{}'",
+                    v.id, v.section
+                ));
+            }
+        }
+        for s in &self.sections {
+            if s.metrics.is_empty() {
+                return Err(format!("section '{}' has no metric", s.id));
+            }
+            if let Some(b) = &s.baseline {
+                if !self
+                    .variants
+                    .iter()
+                    .any(|v| &v.id == b && v.section == s.id)
+                {
+                    return Err(format!(
+                        "section '{}' has baseline '{b}', not one of its variants",
+                        s.id
+                    ));
+                }
+            }
+        }
+        for c in &self.claims {
+            for (variant, metric) in [&c.numerator, &c.denominator] {
+                let v = self
+                    .variants
+                    .iter()
+                    .find(|v| &v.id == variant)
+                    .ok_or_else(|| format!("claim '{}' names unknown variant '{variant}'", c.id))?;
+                let s = self
+                    .sections
+                    .iter()
+                    .find(|s| s.id == v.section)
+                    .expect("checked above");
+                if let Some(m) = metric {
+                    if !s.metrics.iter().any(|x| x.id == *m) {
+                        return Err(format!(
+                            "claim '{}': section '{}' has no metric '{m}'",
+                            c.id, s.id
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
