@@ -69,14 +69,6 @@ pub fn run(args: LabCli) -> CliResult<u8> {
         seed: args.seed,
         baseline: args.baseline,
     };
-    let tty = std::io::stderr().is_terminal();
-    let progress: Box<dyn Progress> = if args.quiet {
-        Box::new(Quiet)
-    } else if tty {
-        Box::new(Bars::new())
-    } else {
-        Box::new(Lines)
-    };
     if !args.quiet {
         eprintln!(
             "spindle lab: {} profile, at most {:.0} s; report in {} (rewritten as results come in). Ctrl-C stops and keeps what was measured.",
@@ -85,6 +77,14 @@ pub fn run(args: LabCli) -> CliResult<u8> {
             args.out.display()
         );
     }
+    let tty = std::io::stderr().is_terminal();
+    let progress: Box<dyn Progress> = if args.quiet {
+        Box::new(Quiet)
+    } else if tty {
+        Box::new(Bars::new())
+    } else {
+        Box::new(Lines)
+    };
     let outcome = spindle_lab::run(&options, progress.as_ref()).map_err(|e| match e {
         LabError::UnknownExperiment { .. } | LabError::BadOption(_) => {
             CliError::Usage(e.to_string())

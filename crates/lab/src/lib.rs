@@ -23,14 +23,19 @@
 //! | [`experiments`] | the catalogue, one file per experiment |
 //! | [`results`] | the schema of `results.json` |
 //! | [`report`] | HTML with SVG charts, terminal summary, Markdown, baseline comparison |
+//! | [`progress`] | the trait through which the lab reports progress (the binary draws it) |
 //! | [`machine`], [`sys`] | the fingerprint; TSC, pinning, feature probes |
 //!
 //! The library never prints: progress goes through the [`Progress`] trait, which the
 //! `spindle` binary implements with progress bars or log lines.
+//!
+//! Dependencies inside the crate point one way: `experiments` → `runner` → `spec`, `kit`,
+//! `results`, `progress`; `report` → `results`; `lib` wires them together.
 
 pub mod experiments;
 pub mod kit;
 pub mod machine;
+pub mod progress;
 pub mod references;
 pub mod report;
 pub mod results;
@@ -45,6 +50,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use spindle_stats::rng::SplitMix64;
 
 pub use machine::Machine;
+pub use progress::{Progress, Silent, Status};
 pub use results::{
     ClaimKind, ClaimResult, ExperimentResult, LabReport, Profile, RunState, Verdict,
 };
@@ -52,41 +58,6 @@ pub use spec::Info;
 
 /// The commit this binary was built from, recorded by the build script.
 pub const COMMIT: &str = env!("SPINDLE_COMMIT");
-
-/// Where an experiment stands, for progress displays.
-#[derive(Clone, Copy, Debug)]
-pub struct Status<'a> {
-    /// "calibrating …", "trials", or an experiment's own setup step.
-    pub phase: &'a str,
-    pub trials: u64,
-    pub elapsed: Duration,
-    pub budget: Duration,
-    pub claims_decided: usize,
-    pub claims: usize,
-}
-
-/// What the lab tells its user while it runs. Every method has a silent default.
-pub trait Progress: Sync {
-    /// The fingerprint is being taken (about a second).
-    fn fingerprinting(&self) {}
-    /// The experiments about to run, with their time budgets.
-    fn lab_started(&self, _plan: &[(&'static str, Duration)]) {}
-    fn experiment_started(&self, _index: usize, _info: &Info, _budget: Duration) {}
-    fn status(&self, _experiment: &str, _status: &Status) {}
-    /// A claim's verdict is known (or, at the end of its experiment, known to be undecided).
-    fn claim_decided(&self, _experiment: &str, _claim: &ClaimResult) {}
-    fn experiment_finished(&self, _result: &ExperimentResult) {}
-    fn experiment_failed(&self, _name: &str, _error: &str) {}
-    /// Polled between runs: true stops the lab after the current run, keeping what it
-    /// measured (the binary sets it on Ctrl-C).
-    fn stop_requested(&self) -> bool {
-        false
-    }
-}
-
-/// A [`Progress`] that says nothing.
-pub struct Silent;
-impl Progress for Silent {}
 
 /// What to run and where to write.
 #[derive(Clone, Debug)]

@@ -26,6 +26,15 @@ impl Doc {
         }
     }
 
+    /// "Thompson 2011": the surname and year, where a full citation stands nearby.
+    pub fn short(&self) -> String {
+        let surname = self.author.split_whitespace().last().unwrap_or(self.author);
+        match self.year {
+            Some(y) => format!("{surname} {y}"),
+            None => surname.to_string(),
+        }
+    }
+
     /// "Martin Thompson, “Single Writer Principle” (Mechanical Sympathy, 2011)".
     pub fn cite(&self) -> String {
         match self.year {

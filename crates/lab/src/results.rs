@@ -323,7 +323,8 @@ pub struct ClaimResult {
     pub id: String,
     pub kind: ClaimKind,
     pub statement: String,
-    /// For reproductions: the document and its figure, in words ("the post measured 15.7 ×").
+    /// For reproductions: the document (short form; the experiment's references give the full
+    /// citation) and its figure, in words ("Thompson 2011: 15.7 × (4 700 ms vs 300 ms)").
     pub reference: Option<String>,
     pub numerator: Operand,
     pub denominator: Operand,

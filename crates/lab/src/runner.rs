@@ -15,12 +15,12 @@ use spindle_stats::{Decision, Driver, DriverConfig};
 
 use crate::kit::calibrate;
 use crate::machine::Machine;
+use crate::progress::{Progress, Status};
 use crate::results::{
     ClaimResult, ExperimentResult, MetricInfo, MetricResult, Operand, Param, Pooled, Profile,
     SectionResult, Series, Summary, VariantResult, Verdict,
 };
 use crate::spec::{Body, Claim, Info, Plan, Relation, Sample};
-use crate::Progress;
 
 /// How many trials a profile aims for.
 #[derive(Clone, Copy, Debug)]
@@ -184,7 +184,7 @@ impl<'r> Ctx<'r> {
     pub fn status(&self, phase: &str) {
         self.session.progress().status(
             self.info.name,
-            &crate::Status {
+            &Status {
                 phase,
                 trials: 0,
                 elapsed: self.elapsed(),
@@ -361,7 +361,7 @@ impl<'r> Ctx<'r> {
             let decided = claims.iter().filter(|c| c.decided()).count();
             self.session.progress().status(
                 self.info.name,
-                &crate::Status {
+                &Status {
                     phase: "trials",
                     trials: data.trials,
                     elapsed: self.elapsed(),
@@ -681,7 +681,7 @@ fn judge(
         reference: spec
             .reference
             .as_ref()
-            .map(|(doc, figure)| format!("{} — {figure} ({})", doc.cite(), doc.machine)),
+            .map(|(doc, figure)| format!("{}: {figure}", doc.short())),
         numerator: c.names[0].clone(),
         denominator: c.names[1].clone(),
         relation: spec.relation.name().into(),

@@ -27,7 +27,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::time::Duration;
 
-use crate::kit::{median, CachePadded};
+use crate::kit::CachePadded;
 use crate::references::AFFINITY;
 use crate::runner::Ctx;
 use crate::spec::{Claim, Experiment, Info, Metric, Plan, Sample, Section, Variant};
@@ -131,12 +131,10 @@ fn sample(rates: Vec<f64>, run: Duration) -> Sample {
     let sd = (rates.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / rates.len() as f64).sqrt();
     let slowest = rates.iter().copied().fold(f64::INFINITY, f64::min);
     let step = run.as_secs_f64() / INTERVALS as f64;
-    let med = median(&mut rates.clone());
     Sample::new()
         .with("msgs", mean)
         .with("cv", if mean > 0.0 { sd / mean } else { f64::NAN })
         .with("slowest", slowest)
-        .with("median_interval", med)
         .series("msgs", step, rates)
 }
 

@@ -20,7 +20,7 @@ use seize::Guard as _;
 use spindle_sync::prepaid::PrepaidBarrier;
 use spindle_sync::smr::{epoch, hazard, Barrier};
 
-use crate::kit::{run_together, time, CachePadded};
+use crate::kit::{run_together, time, CachePadded, XorShift};
 use crate::references::PREEMPTION_BARRIERS;
 use crate::runner::Ctx;
 use crate::spec::{Claim, Experiment, Info, Metric, Plan, Sample, Section, Variant};
@@ -190,13 +190,6 @@ fn read(p: *mut Node) -> u64 {
     unsafe { (*p).value ^ (*p).check }
 }
 
-fn xorshift(x: &mut u64) -> u64 {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    *x
-}
-
 /// Per-scheme state that lives across a run's threads.
 enum Reclaimer {
     Epoch(epoch::Collector),
@@ -234,7 +227,7 @@ fn workload(scheme: Scheme, readers: usize, run_for: Duration) -> Sample {
         &write_time,
     );
     let span = run_together(readers + 1, None, |i| {
-        let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (i as u64 + 1);
+        let mut x = XorShift::new(0x9E37_79B9_7F4A_7C15u64 ^ (i as u64 + 1));
         if i == 0 {
             let w = WriterHandle::new(reclaimer);
             let start = Instant::now();
@@ -242,7 +235,7 @@ fn workload(scheme: Scheme, readers: usize, run_for: Duration) -> Sample {
             while start.elapsed() < run_for {
                 for _ in 0..64 {
                     let fresh = Node::boxed(scheme, n);
-                    let old = slots[xorshift(&mut x) as usize % NODES].swap(fresh, AcqRel);
+                    let old = slots[x.below(NODES as u64) as usize].swap(fresh, AcqRel);
                     retire(reclaimer, &w, old);
                     n += 1;
                 }
@@ -278,11 +271,11 @@ fn reader_loop(
     r: &Reclaimer,
     slots: &[AtomicPtr<Node>],
     stop: &AtomicBool,
-    x: &mut u64,
+    x: &mut XorShift,
 ) -> (u64, u64) {
     let mut sum = 0u64;
     let mut ops = 0u64;
-    let pick = |x: &mut u64| &slots[xorshift(x) as usize % NODES];
+    let pick = |x: &mut XorShift| &slots[x.below(NODES as u64) as usize];
     match r {
         Reclaimer::Epoch(c) => {
             let h = c.register();

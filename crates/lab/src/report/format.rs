@@ -89,6 +89,10 @@ pub fn num(v: f64) -> String {
         format!("{v:.2}")
     } else if a >= 0.01 {
         format!("{v:.3}")
+    } else if a >= 1e-4 {
+        // Two significant figures: 0.0079, 0.00012.
+        let decimals = (-a.log10().floor()) as usize + 1;
+        format!("{v:.decimals$}")
     } else {
         format!("{v:.2e}")
     };
@@ -136,7 +140,9 @@ mod tests {
         assert_eq!(num(1234.4), "1234");
         assert_eq!(num(123456.0), "123 456");
         assert_eq!(num(-123456.0), "-123 456");
-        assert_eq!(num(0.0012), "1.20e-3");
+        assert_eq!(num(0.0012), "0.0012");
+        assert_eq!(num(0.00794), "0.0079");
+        assert_eq!(num(0.000012), "1.20e-5");
         assert_eq!(num(f64::NAN), "–");
         assert_eq!(num(0.0), "0");
     }

@@ -37,6 +37,8 @@ th { background: #f5f5f5; font-weight: 600; }
 td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tr.base td { font-weight: 600; }
 .wide { overflow-x: auto; max-width: 100%; }
+.wide td:first-child, .wide th:first-child { min-width: 12em; }
+.claims td:first-child { min-width: 16em; } .claims td.ev { min-width: 14em; }
 .muted { color: #666; } .small { font-size: 14px; }
 .badge { display: inline-block; padding: 0.05em 0.6em; border-radius: 0.8em; font-weight: 600; font-size: 13px; color: #fff; white-space: nowrap; }
 .badge.holds { background: #2a8a2a; } .badge.defect { background: #c62828; } .badge.differs { background: #8a6d00; } .badge.undecided { background: #777; }
@@ -289,16 +291,22 @@ fn experiment(h: &mut String, e: &ExperimentResult) {
         );
     }
     if !e.claims.is_empty() {
-        h.push_str("<h3>Claims</h3><div class=\"wide\"><table><tr><th>claim</th><th>kind</th><th>verdict</th><th class=\"n\">trials (yes)</th><th class=\"n\">P(yes) interval</th><th class=\"n\">median ratio [CI]</th><th>why</th></tr>\n");
+        h.push_str("<h3>Claims</h3><div class=\"wide\"><table class=\"claims\"><tr><th>claim</th><th>verdict</th><th>evidence</th></tr>\n");
         for c in &e.claims {
             let ci = match (c.ratio.median_lo, c.ratio.median_hi) {
-                (Some(lo), Some(hi)) => format!(" [{}, {}]", num(lo), num(hi)),
+                (Some(lo), Some(hi)) => {
+                    format!("; the median ratio lies in [{}, {}]", num(lo), num(hi))
+                }
                 _ => String::new(),
             };
             let _ = writeln!(
                 h,
-                "<tr><td>{}<br><span class=\"small muted\">{}.{} / {}.{} {} {}{}</span></td><td>{}</td><td>{}</td><td class=\"n\">{} ({})</td><td class=\"n\">[{:.3}, {:.3}]</td><td class=\"n\">{}{}</td><td class=\"small\">{}</td></tr>",
+                "<tr><td>{}<br><span class=\"small muted\">{} · {}.{} / {}.{} {} {}{}</span></td><td>{}</td><td class=\"small ev\">{}. P(relation holds in a trial) ∈ [{:.3}, {:.3}]{ci}.</td></tr>",
                 esc(&c.statement),
+                match c.kind {
+                    ClaimKind::Guarantee => "guarantee",
+                    ClaimKind::Reproduction => "reproduction",
+                },
                 esc(&c.numerator.variant),
                 esc(&c.numerator.metric),
                 esc(&c.denominator.variant),
@@ -309,18 +317,10 @@ fn experiment(h: &mut String, e: &ExperimentResult) {
                     .as_ref()
                     .map(|r| format!("<br>{}", esc(r)))
                     .unwrap_or_default(),
-                match c.kind {
-                    ClaimKind::Guarantee => "guarantee",
-                    ClaimKind::Reproduction => "reproduction",
-                },
                 badge(c),
-                c.trials,
-                c.successes,
+                esc(&c.explanation),
                 c.success_interval[0],
                 c.success_interval[1],
-                num(c.ratio.median),
-                ci,
-                esc(&c.explanation)
             );
         }
         h.push_str("</table></div>\n");

@@ -11,8 +11,8 @@ use super::format::Scale;
 use crate::results::{ClaimKind, ClaimResult, SectionResult, Unit, Verdict};
 
 const WIDTH: f64 = 760.0;
-const LEFT: f64 = 14.0;
-const RIGHT: f64 = 26.0;
+const LEFT: f64 = 30.0;
+const RIGHT: f64 = 30.0;
 const ROW: f64 = 46.0;
 const STRIP: f64 = 18.0;
 const AXIS: f64 = 44.0;
