@@ -290,8 +290,8 @@ impl<'r> Ctx<'r> {
                 (Body::Calibrated(f), None) => {
                     work[i] = calibrate(target, 1, v.max_work, |n| {
                         let t = Instant::now();
-                        f(n);
-                        t.elapsed()
+                        let s = f(n);
+                        s.elapsed.unwrap_or_else(|| t.elapsed())
                     });
                     f(work[i]);
                 }

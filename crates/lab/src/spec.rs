@@ -159,6 +159,9 @@ pub struct Sample {
     pub pooled: Vec<(&'static str, Vec<f64>)>,
     pub series: Option<(&'static str, f64, Vec<f64>)>,
     pub capped: bool,
+    /// How long the measured part of the run took, when the run also does unmeasured setup
+    /// (starting load threads, say): calibration sizes the work by this instead of the call.
+    pub elapsed: Option<std::time::Duration>,
 }
 
 impl Sample {
@@ -189,6 +192,12 @@ impl Sample {
     /// this trial cannot be judged.
     pub fn capped(mut self, capped: bool) -> Self {
         self.capped |= capped;
+        self
+    }
+
+    /// The measured part took `d` (see [`Sample::elapsed`]).
+    pub fn took(mut self, d: std::time::Duration) -> Self {
+        self.elapsed = Some(d);
         self
     }
 

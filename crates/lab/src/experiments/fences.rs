@@ -74,6 +74,7 @@ fn batch(op: Op, n: u64, ticks_per_ns: f64) -> Sample {
     let ns = |t0: u64, t1: u64| t1.wrapping_sub(t0) as f64 / ticks_per_ns;
     let mut lat = Vec::with_capacity(n as usize);
     let mut sample = Sample::new();
+    let started = std::time::Instant::now();
     match op {
         Op::Barrier(m) => {
             for _ in 0..n {
@@ -127,7 +128,11 @@ fn batch(op: Op, n: u64, ticks_per_ns: f64) -> Sample {
         }
     }
     let m = median(&mut lat.clone());
-    sample.with("latency", m).pool("latency", lat)
+    // Calibration sizes batches by the operations alone, not by starting the load threads.
+    sample
+        .took(started.elapsed())
+        .with("latency", m)
+        .pool("latency", lat)
 }
 
 /// A variant whose run is one batch of `op`, under load or not.
