@@ -641,7 +641,13 @@ mod tests {
 
     #[test]
     fn detect_fills_the_basics() {
+        let before = sys::allowed_cpus();
         let m = Machine::detect();
+        assert_eq!(
+            sys::allowed_cpus(),
+            before,
+            "the fingerprint pinned the calling thread"
+        );
         assert!(m.cpus_online >= 1);
         assert!(!m.cpus_allowed.is_empty());
         assert!(m.tsc_ghz > 0.1);

@@ -122,6 +122,10 @@ impl<'r> Ctx<'r> {
         seed: u64,
         session: &'r mut dyn Session,
     ) -> Self {
+        // Whatever ran before (a probe, an experiment) must not leave this thread pinned:
+        // every thread an experiment spawns inherits its affinity, and "unpinned" variants
+        // would silently share one CPU.
+        crate::sys::unpin_current_thread(&machine.cpus_allowed);
         Ctx {
             machine,
             profile,

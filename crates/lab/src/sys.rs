@@ -69,9 +69,10 @@ pub fn hypervisor_signature() -> Option<String> {
 /// Median round-trip time, in nanoseconds, of one cache line bounced between threads pinned to
 /// `a` and `b` (ping-pong on one atomic word, 5 batches of 20 000 round trips). It tells how
 /// "far apart" two CPUs are: SMT siblings answer in tens of nanoseconds, distant cores or
-/// sockets in hundreds. None if either thread cannot be pinned.
+/// sockets in hundreds. None if either thread cannot be pinned. Both sides run on threads of
+/// their own: the caller's affinity is left alone (threads it spawns later inherit it).
 pub fn cache_line_round_trip_ns(a: usize, b: usize) -> Option<f64> {
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     #[repr(align(128))]
     struct Line(AtomicU64);
     const ROUND_TRIPS: u64 = 20_000;
@@ -79,39 +80,62 @@ pub fn cache_line_round_trip_ns(a: usize, b: usize) -> Option<f64> {
     let mut batches: Vec<f64> = Vec::new();
     for _ in 0..5 {
         line.0.store(0, Ordering::Relaxed);
+        let gave_up = AtomicBool::new(false);
         let result = std::thread::scope(|scope| {
-            let responder = scope.spawn(|| {
+            let (line, gave_up) = (&line, &gave_up);
+            let responder = scope.spawn(move || {
                 if !pin_current_thread(b) {
+                    gave_up.store(true, Ordering::Release);
                     return false;
                 }
                 for i in 0..ROUND_TRIPS {
                     while line.0.load(Ordering::Acquire) != 2 * i + 1 {
+                        if gave_up.load(Ordering::Acquire) {
+                            return false;
+                        }
                         std::hint::spin_loop();
                     }
                     line.0.store(2 * i + 2, Ordering::Release);
                 }
                 true
             });
-            let pinned = pin_current_thread(a);
-            let start = Instant::now();
-            for i in 0..ROUND_TRIPS {
-                line.0.store(2 * i + 1, Ordering::Release);
-                // If the responder could not pin itself it has returned: stop waiting.
-                while line.0.load(Ordering::Acquire) != 2 * i + 2 {
-                    if responder.is_finished() && line.0.load(Ordering::Acquire) != 2 * i + 2 {
-                        return None;
-                    }
-                    std::hint::spin_loop();
+            let initiator = scope.spawn(move || {
+                if !pin_current_thread(a) {
+                    gave_up.store(true, Ordering::Release);
+                    return None;
                 }
-            }
-            let elapsed = start.elapsed();
-            (responder.join().unwrap_or(false) && pinned)
-                .then(|| elapsed.as_nanos() as f64 / ROUND_TRIPS as f64)
+                let start = Instant::now();
+                for i in 0..ROUND_TRIPS {
+                    line.0.store(2 * i + 1, Ordering::Release);
+                    while line.0.load(Ordering::Acquire) != 2 * i + 2 {
+                        // The responder could not pin itself: stop waiting.
+                        if gave_up.load(Ordering::Acquire) {
+                            return None;
+                        }
+                        std::hint::spin_loop();
+                    }
+                }
+                Some(start.elapsed())
+            });
+            let elapsed = initiator.join().ok().flatten();
+            let answered = responder.join().unwrap_or(false);
+            elapsed
+                .filter(|_| answered)
+                .map(|e| e.as_nanos() as f64 / ROUND_TRIPS as f64)
         });
         batches.push(result?);
     }
     batches.sort_by(f64::total_cmp);
     Some(batches[batches.len() / 2])
+}
+
+/// Lets the calling thread run on every CPU in `cpus` again (threads it spawns inherit this).
+pub fn unpin_current_thread(cpus: &[usize]) -> bool {
+    let mut set = rustix::thread::CpuSet::new();
+    for &c in cpus {
+        set.set(c);
+    }
+    rustix::thread::sched_setaffinity(None, &set).is_ok()
 }
 
 /// CPUs this process may run on, in order.
@@ -267,7 +291,7 @@ mod tests {
     }
 
     #[test]
-    fn cache_line_round_trip_between_two_cpus() {
+    fn cache_line_round_trip_between_two_cpus_leaves_the_caller_unpinned() {
         let cpus = allowed_cpus();
         if cpus.len() < 2 {
             eprintln!("skipped: fewer than two CPUs");
@@ -276,6 +300,8 @@ mod tests {
         let ns = cache_line_round_trip_ns(cpus[0], cpus[1]).expect("both threads pin");
         // A round trip is two cache-line transfers: it cannot be free.
         assert!(ns > 0.0);
+        // The caller's threads (every "unpinned" variant) must still be free to use every CPU.
+        assert_eq!(allowed_cpus(), cpus);
     }
 
     #[test]

@@ -173,12 +173,11 @@ impl Experiment for Affinity {
             Section::new("exchange", "Messages through a single-writer queue")
                 .baseline("unpinned")
                 .metric(Metric::rate("msgs", "messages"))
-                .metric(Metric::ratio(
+                .metric(Metric::count(
                     "cv",
                     "spread over time (coefficient of variation)",
                 ))
-                .metric(Metric::rate("slowest", "slowest interval"))
-                .metric(Metric::rate("median_interval", "median interval")),
+                .metric(Metric::rate("slowest", "slowest interval")),
         );
         plan.variant(
             Variant::fixed(

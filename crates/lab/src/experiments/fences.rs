@@ -259,6 +259,11 @@ impl Experiment for Fences {
             .metric(Metric::time("latency", "median latency of one call"))
             .metric(Metric::ratio("per_call", "barriers issued per call")),
         );
+        // Calls per batch, fixed (not calibrated: with K threads a short batch is dominated by
+        // their scheduling, which would make calibration pick a handful of calls): enough for
+        // the run target at ~10 µs a call.
+        let calls = (ctx.run_target(15).as_nanos() as u64 / 10_000).clamp(16, 20_000);
+        plan.param("calls per coalescing batch", calls);
         for (k, coalesced) in [(1, true), (2, true), (4, true), (8, true), (8, false)] {
             let (id, label) = if coalesced {
                 (
@@ -280,7 +285,7 @@ impl Experiment for Fences {
                     under_load(cpus, || batch(op, n, ticks_per_ns))
                 })
                 .threads(k)
-                .max_work(100_000),
+                .work(calls),
             );
         }
 
