@@ -35,12 +35,13 @@ pub struct LabCli {
 
 /// The `--help` text after the options: time bounds (from the catalogue) and exit codes.
 pub fn after_help() -> String {
-    let minutes = |p: Profile| spindle_lab::time_bound(p).as_secs_f64() / 60.0;
+    // Rounded up to a tenth of a minute: a bound.
+    let minutes = |p: Profile| (spindle_lab::time_bound(p).as_secs_f64() / 6.0).ceil() / 10.0;
     format!(
         "Examples:\n  spindle lab                          every experiment, quick profile\n  spindle lab locks --full\n  \
          spindle lab --baseline old/results.json   medians beside an earlier run's (unpaired)\n  \
          spindle lab --markdown docs/results/*/results.json > docs/results.md\n\n\
-         Time: the quick profile takes at most {:.1} minutes and the full profile at most {:.0} minutes on any\n\
+         Time: the quick profile takes at most {:.1} minutes and the full profile at most {:.1} minutes on any\n\
          machine (each experiment has a time budget; thread counts and work per run are sized to the machine).\n\n\
          The report lands in DIR/index.html and DIR/results.json, rewritten every few seconds while the lab runs.\n\
          A complete report already in DIR is kept until this run completes (meanwhile: index.partial.html).\n\n\

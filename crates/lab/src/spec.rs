@@ -19,6 +19,50 @@
 //!   metrics; the runner picks `n` from the wall time of the call.
 //! - [`Variant::fixed`]: `run()` does what the experiment sized itself and returns a [`Sample`].
 
+//!
+//! # Writing an experiment
+//!
+//! Parameters come from the [`Ctx`](crate::runner::Ctx) (cores, CPU pairs, the run target),
+//! state lives on the stack, the plan borrows it, and [`Ctx::measure`](crate::runner::Ctx::measure)
+//! does the rest. Add the experiment to [`experiments::all`](crate::experiments::all).
+//!
+//! ```no_run
+//! use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+//! use spindle_lab::kit::{time, CachePadded};
+//! use spindle_lab::runner::Ctx;
+//! use spindle_lab::spec::{Claim, Experiment, Info, Plan, Section, Variant};
+//!
+//! struct Increments;
+//!
+//! impl Experiment for Increments {
+//!     fn info(&self) -> Info {
+//!         Info {
+//!             name: "increments",
+//!             title: "A locked add against a plain one",
+//!             summary: "one counter, one thread",
+//!             question: "What does `lock` cost on an uncontended add?",
+//!             references: &[],
+//!             quick_seconds: 10,
+//!         }
+//!     }
+//!
+//!     fn run(&self, ctx: &mut Ctx) -> Result<(), String> {
+//!         let counter = CachePadded(AtomicU64::new(0));
+//!         let c = &*counter;
+//!         let mut plan = Plan::new();
+//!         plan.section(Section::per_op("inc", "Incrementing a counter", "increment").baseline("plain"));
+//!         plan.variant(Variant::per_op("inc", "plain", "load + store", move |n| {
+//!             time(|| (0..n).for_each(|_| c.store(c.load(Relaxed) + 1, Relaxed)))
+//!         }));
+//!         plan.variant(Variant::per_op("inc", "locked", "lock xadd", move |n| {
+//!             time(|| (0..n).for_each(|_| { c.fetch_add(1, Relaxed); }))
+//!         }));
+//!         plan.claim(Claim::guarantee("cost", "a locked add costs at least 2 × a plain one").ratio("locked", "plain").at_least(2.0));
+//!         ctx.measure(plan)
+//!     }
+//! }
+//! ```
+
 use crate::kit::Span;
 use crate::references::Doc;
 use crate::results::{Better, ExperimentResult, Unit};

@@ -281,14 +281,7 @@ fn experiment(h: &mut String, e: &ExperimentResult) {
     }
     for t in &e.tables {
         let _ = writeln!(h, "<h3>{}</h3>", esc(&t.title));
-        grid(
-            h,
-            &Grid {
-                headers: t.columns.clone(),
-                rows: t.rows.clone(),
-                baseline_row: None,
-            },
-        );
+        grid(h, &Grid::from(t));
     }
     if !e.claims.is_empty() {
         h.push_str("<h3>Claims</h3><div class=\"wide\"><table class=\"claims\"><tr><th>claim</th><th>verdict</th><th>evidence</th></tr>\n");

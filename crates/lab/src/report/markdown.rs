@@ -79,6 +79,52 @@ pub fn render(reports: &[(String, LabReport)]) -> String {
     }
     out.push('\n');
 
+    // What every machine agrees on: the only statements the README repeats.
+    if reports.len() > 1 {
+        out.push_str("## What held on every machine\n\nGuarantees that held, and reproductions that agreed, in every run listed above (the other claims were violated or undecided on at least one machine; see the tables below).\n\n");
+        let first = &reports[0].1;
+        let mut any = false;
+        for e in &first.experiments {
+            for c in &e.claims {
+                let everywhere = reports.iter().all(|(_, r)| {
+                    r.experiments
+                        .iter()
+                        .find(|x| x.name == e.name)
+                        .and_then(|x| x.claims.iter().find(|y| y.id == c.id))
+                        .is_some_and(|y| y.verdict == crate::results::Verdict::Holds)
+                });
+                if everywhere {
+                    any = true;
+                    let ratios: Vec<String> = reports
+                        .iter()
+                        .filter_map(|(_, r)| {
+                            r.experiments
+                                .iter()
+                                .find(|x| x.name == e.name)
+                                .and_then(|x| x.claims.iter().find(|y| y.id == c.id))
+                                .map(|y| num(y.ratio.median))
+                        })
+                        .collect();
+                    let _ = writeln!(
+                        out,
+                        "- {} ({}, {}): median ratio {}",
+                        cell(&c.statement),
+                        e.name,
+                        match c.kind {
+                            ClaimKind::Guarantee => "guarantee",
+                            ClaimKind::Reproduction => "reproduction",
+                        },
+                        ratios.join(" / ")
+                    );
+                }
+            }
+        }
+        if !any {
+            out.push_str("- nothing\n");
+        }
+        out.push('\n');
+    }
+
     for (kind, title, blurb) in [
         (
             ClaimKind::Guarantee,
@@ -160,14 +206,7 @@ pub fn render(reports: &[(String, LabReport)]) -> String {
             }
             for t in &e.tables {
                 let _ = writeln!(out, "**{}**\n", t.title);
-                grid(
-                    &mut out,
-                    &Grid {
-                        headers: t.columns.clone(),
-                        rows: t.rows.clone(),
-                        baseline_row: None,
-                    },
-                );
+                grid(&mut out, &Grid::from(t));
             }
             for c in &e.claims {
                 let _ = writeln!(

@@ -109,6 +109,16 @@ pub struct Grid {
     pub baseline_row: Option<usize>,
 }
 
+impl From<&crate::results::Table> for Grid {
+    fn from(t: &crate::results::Table) -> Grid {
+        Grid {
+            headers: t.columns.clone(),
+            rows: t.rows.clone(),
+            baseline_row: None,
+        }
+    }
+}
+
 /// The table of a section: per metric its median in one unit per column, the primary metric's
 /// confidence interval (when `with_ci`), ratio to the baseline, the reference's ratio and the
 /// `--baseline` run's ratio where they exist.

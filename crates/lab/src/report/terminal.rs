@@ -117,15 +117,7 @@ pub fn render(report: &LabReport) -> String {
         }
         for t in &e.tables {
             let _ = writeln!(out, "  {}", t.title);
-            grid(
-                &mut out,
-                &Grid {
-                    headers: t.columns.clone(),
-                    rows: t.rows.clone(),
-                    baseline_row: None,
-                },
-                "    ",
-            );
+            grid(&mut out, &Grid::from(t), "    ");
         }
         for c in &e.claims {
             let _ = writeln!(out, "  {}", claim_line(c));
