@@ -271,7 +271,7 @@ impl<'r> Ctx<'r> {
 
         // Calibration and warm-up: size each calibrated variant's work to the run target, then
         // one unrecorded run of every variant (page faults, lazy initialisation, caches).
-        let target = self.run_target(nv);
+        let target = self.run_target(nv) / plan.run_divisor.max(1);
         let mut work = vec![1u64; nv];
         for (i, v) in plan.variants.iter_mut().enumerate() {
             if self.stop_requested() {

@@ -470,6 +470,7 @@ pub struct Plan<'a> {
     pub(crate) notes: Vec<String>,
     #[allow(clippy::type_complexity)]
     pub(crate) finish: Vec<Box<dyn Fn(&mut ExperimentResult) + 'a>>,
+    pub(crate) run_divisor: u32,
 }
 
 impl<'a> Plan<'a> {
@@ -506,6 +507,14 @@ impl<'a> Plan<'a> {
     /// tables, notes that need the measurements.
     pub fn finish(&mut self, f: impl Fn(&mut ExperimentResult) + 'a) -> &mut Self {
         self.finish.push(Box::new(f));
+        self
+    }
+
+    /// Calibrate runs to 1/`divisor` of the usual target: for experiments whose runs carry a
+    /// fixed cost the calibration cannot see (starting load threads, a minimum of one slow
+    /// system call), so that enough trials fit in the budget to decide claims.
+    pub fn shorter_runs(&mut self, divisor: u32) -> &mut Self {
+        self.run_divisor = divisor.max(1);
         self
     }
 

@@ -167,7 +167,7 @@ impl Experiment for Fences {
                        expedited membarrier), by RCU (global membarrier), or by waiting for interrupts that happen anyway \
                        (prepaid) — on an idle machine and under load, and what does coalescing concurrent callers save?",
             references: &[PREEMPTION_BARRIERS],
-            quick_seconds: 20,
+            quick_seconds: 24,
         }
     }
 
@@ -207,6 +207,9 @@ impl Experiment for Fences {
         plan.param("PrepaidBarrier::global() source", best.name());
         plan.param("load", format!("{} busy thread(s) of this process at nice 19, one pinned to each CPU, started per batch", cpus.len()));
         plan.param("prepaid deadline", "200 ms, then heavy() is forced");
+        // Loaded batches start a thread per CPU, and a global membarrier takes tens of ms at
+        // least: half-length batches let enough trials fit on 16 cores as on 2.
+        plan.shorter_runs(2);
 
         // Sections and variants: idle and loaded barriers; coalescing.
         for (section, title, loaded) in [
@@ -262,7 +265,7 @@ impl Experiment for Fences {
         // Calls per batch, fixed (not calibrated: with K threads a short batch is dominated by
         // their scheduling, which would make calibration pick a handful of calls): enough for
         // the run target at ~10 µs a call.
-        let calls = (ctx.run_target(15).as_nanos() as u64 / 10_000).clamp(16, 20_000);
+        let calls = (ctx.run_target(30).as_nanos() as u64 / 10_000).clamp(16, 20_000);
         plan.param("calls per coalescing batch", calls);
         for (k, coalesced) in [(1, true), (2, true), (4, true), (8, true), (8, false)] {
             let (id, label) = if coalesced {

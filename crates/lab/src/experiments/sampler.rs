@@ -254,7 +254,7 @@ impl Experiment for Sampler {
             question: "Drawing n distinct values out of p = 10 000, for the post's 19 sample sizes: how do an array \
                        scanned for duplicates, a bitset and a sparse set compare, overall and for small samples?",
             references: &[SAMPLING],
-            quick_seconds: 16,
+            quick_seconds: 12,
         }
     }
 

@@ -65,7 +65,7 @@ impl Experiment for Spawn {
             question: "What does creating (and joining) an OS thread cost, and how much more when the new thread may land \
                        on another CPU than when the spawner is pinned to one?",
             references: &[SPAWN],
-            quick_seconds: 14,
+            quick_seconds: 12,
         }
     }
 
