@@ -21,13 +21,20 @@ fn grid(out: &mut String, g: &Grid) {
             .collect::<Vec<_>>()
             .join(" | ")
     );
+    // Numbers align right, words left.
+    let numeric = |i: usize| {
+        let cells: Vec<&String> = g.rows.iter().filter_map(|r| r.get(i)).collect();
+        let n = cells
+            .iter()
+            .filter(|c| c.starts_with(|ch: char| ch.is_ascii_digit() || "≥–-[".contains(ch)))
+            .count();
+        i > 0 && n * 2 > cells.len()
+    };
     let _ = writeln!(
         out,
         "|{}|",
-        g.headers
-            .iter()
-            .enumerate()
-            .map(|(i, _)| if i == 0 { "---" } else { "---:" })
+        (0..g.headers.len())
+            .map(|i| if numeric(i) { "---:" } else { "---" })
             .collect::<Vec<_>>()
             .join("|")
     );
@@ -163,7 +170,7 @@ pub fn render(reports: &[(String, LabReport)]) -> String {
                         .iter()
                         .find(|x| &x.name == e)
                         .and_then(|x| x.claims.iter().find(|c| &c.id == id));
-                    row.push(c.map_or("not run".into(), |c| {
+                    row.push(c.map_or("not tested".into(), |c| {
                         format!("{} ({})", c.verdict.word(c.kind), num(c.ratio.median))
                     }));
                 }
