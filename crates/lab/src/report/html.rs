@@ -28,7 +28,7 @@ fn badge(c: &ClaimResult) -> String {
 }
 
 const STYLE: &str = r#"
-body { font: 16px/1.5 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1d1d1d; max-width: 1100px; margin: 1.5em auto; padding: 0 16px; }
+body { font: 16px/1.5 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1d1d1d; max-width: 1180px; margin: 1.5em auto; padding: 0 16px; }
 h1 { margin: 0 0 0.1em; font-size: 1.7em; } h2 { margin-top: 2.2em; border-bottom: 2px solid #ddd; padding-bottom: 0.2em; font-size: 1.35em; }
 h3 { margin: 1.6em 0 0.4em; font-size: 1.08em; }
 table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 14px; }
