@@ -852,6 +852,12 @@ mod tests {
         let mut plan = Plan::new();
         plan.variant(Variant::fixed("missing", "a", "a", Sample::new));
         assert!(plan.validate().unwrap_err().contains("missing"));
+        let mut plan = Plan::new();
+        plan.section(Section::new("s", "s").metric(Metric::count("n", "n")));
+        plan.variant(Variant::per_op("s", "a", "a", |_| {
+            crate::kit::Span::default()
+        }));
+        assert!(plan.validate().unwrap_err().contains("per_op"));
     }
 
     #[test]

@@ -530,9 +530,15 @@ impl<'a> Plan<'a> {
             if !ids.insert(v.id.as_str()) {
                 return Err(format!("variant id '{}' is declared twice", v.id));
             }
-            if !self.sections.iter().any(|s| s.id == v.section) {
+            let Some(section) = self.sections.iter().find(|s| s.id == v.section) else {
                 return Err(format!(
                     "variant '{}' names unknown section '{}'",
+                    v.id, v.section
+                ));
+            };
+            if matches!(v.body, Body::PerOp(_)) && !section.metrics.iter().any(|m| m.id == "time") {
+                return Err(format!(
+                    "per-op variant '{}' is in section '{}', which has no 'time' metric (use Section::per_op)",
                     v.id, v.section
                 ));
             }
