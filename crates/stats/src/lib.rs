@@ -11,7 +11,8 @@
 //! Almost any performance claim reduces to a Bernoulli stream:
 //!
 //! * an SLO ("p99 under 50 ms"): success = one request finished under 50 ms, α = 0.99;
-//! * a comparison ("A is faster than B"): success = A beat B in one paired trial, α = ½;
+//! * a comparison ("A is not slower than B by more than 5%"): success = A took more than 1.05×
+//!   B's time in one paired trial, α = ½ (the claim is about the median time ratio);
 //! * a ratio claim ("ours costs at most 1.25× the floor"): success = ratio ≤ 1.25 in one paired
 //!   trial, α = ½ (the claim is about the median ratio).
 //!
@@ -24,11 +25,13 @@
 //! | [`csm()`] | Robbins' stopping test for one threshold |
 //! | [`confidence_sequence`] | the rates the CSM does not reject: a confidence interval valid at any stopping time |
 //! | [`beta_icdf`] | conservative ends of Beta (Bayesian) credible intervals |
+//! | [`log_proportion`], [`proportion_shape`] | the posterior's shape in the log domain, without underflow |
 //! | [`Driver`] | the sequential test of a stream against a threshold or a band, with ε split between its decision and its confidence interval |
 //! | [`power()`] | probability that a driver decides within a budget (simulation, itself decided by CSM) |
 //! | [`quantile_bounds`] | order-statistic ranks bounding a quantile, valid under peeking |
-//! | [`SignTest`], [`sign_test`] | paired A-vs-B comparison |
-//! | [`exact_test`] | permutation test of any statistic, stopped by CSM |
+//! | [`ToleranceGate`] | paired A-vs-B comparison: "slower by more than τ?" from the median time ratio |
+//! | [`SignTest`], [`sign_test`] | paired A-vs-B comparison: "does A win more than half the pairs?" |
+//! | [`location_test`], [`exact_test`] | the post's permutation test of a difference of means, medians or quantiles (or any statistic), stopped by CSM |
 //!
 //! ## Conservative, to the last bit
 //!
@@ -59,17 +62,22 @@ pub mod beta;
 pub mod compare;
 pub mod csm;
 pub mod driver;
+pub mod exact;
 pub mod power;
 pub mod quantile;
 pub mod rng;
 pub mod round;
 
-pub use beta::{beta_bound, beta_icdf, rate_interval, BetaBound};
+pub use beta::{beta_bound, beta_icdf, log_proportion, proportion_shape, rate_interval, BetaBound};
 pub use compare::{
-    exact_test, sign_test, ExactConfig, ExactOutcome, SignOutcome, SignTest, Winner,
+    sign_test, GateKnowledge, GateVerdict, SignOutcome, SignTest, ToleranceGate, Winner,
 };
 pub use csm::{confidence_sequence, csm, log_choose_upper, CsmCheck};
-pub use driver::{drive, Decision, Driver, DriverConfig, Outcome, Side, Step};
+pub use driver::{drive, Decision, Driver, DriverConfig, Outcome, Side, Step, StopRule};
+pub use exact::{
+    exact_test, location_test, Alternative, ExactConfig, ExactOutcome, Location, LocationTest,
+    Resampler,
+};
 pub use power::{power, PowerOptions, PowerReport};
 pub use quantile::{quantile_bounds, quantile_interval, QuantileInterval, QuantileRanks};
 
