@@ -230,12 +230,13 @@ pub fn run(args: CompareArgs) -> CliResult<u8> {
     };
 
     let verdict = gate.verdict();
+    let n = gate.pairs();
     let why_stopped = match stop {
         Stop::Verdict => String::new(),
-        Stop::MaxPairs => format!("{} pairs (--max-runs)", gate.pairs()),
-        Stop::MaxTime => format!("--max-time, after {} pairs", gate.pairs()),
-        Stop::Interrupted => format!("Ctrl-C, after {} pairs", gate.pairs()),
-        Stop::Failed => format!("a failed run, after {} pairs", gate.pairs()),
+        Stop::MaxPairs => format!("no verdict within {n} pairs (--max-runs)"),
+        Stop::MaxTime => format!("no verdict before --max-time, after {n} pairs"),
+        Stop::Interrupted => format!("stopped by Ctrl-C after {n} pairs"),
+        Stop::Failed => format!("stopped by a failed run after {n} pairs"),
     };
     let report = CompareReport {
         verdict: verdict_name(verdict),
@@ -310,14 +311,16 @@ pub fn run_samples(args: SamplesArgs) -> CliResult<u8> {
     };
     let mut why = String::new();
     if verdict == GateVerdict::Undecided {
-        why = format!("{} and {} samples", a.values.len(), b.values.len());
-        if ratio_lo.is_none() || ratio_hi.is_none() {
-            why.push_str(&format!(
-                ", too few for an interval of each median at eps = {} (see spindle stats quantile N 0.5 {})",
+        let (na, nb) = (a.values.len(), b.values.len());
+        why = if ratio_lo.is_none() || ratio_hi.is_none() {
+            format!(
+                "{na} and {nb} samples are too few to bound each median at eps = {} (see spindle stats quantile N 0.5 {})",
                 format_probability(args.eps),
                 format_probability(args.eps / 2.0)
-            ));
-        }
+            )
+        } else {
+            format!("{na} and {nb} samples do not place the ratio of medians relative to the tolerance band")
+        };
     }
     let unit_note =
         |s: &samples::Samples, path: &PathBuf| format!("{} ({})", path.display(), s.source);
@@ -387,7 +390,7 @@ fn reason(v: GateVerdict, k: &GateKnowledge, tolerance: f64, why_stopped: &str) 
                 (_, true) => format!("; known so far: A is not faster than B by more than {tol}"),
                 _ => String::new(),
             };
-            format!("stopped by {why_stopped} before a verdict{known}")
+            format!("{why_stopped}{known}")
         }
     }
 }
@@ -515,7 +518,12 @@ mod tests {
             not_slower: true,
             ..GateKnowledge::default()
         };
-        let r = reason(GateVerdict::Undecided, &k, 0.05, "Ctrl-C, after 7 pairs");
+        let r = reason(
+            GateVerdict::Undecided,
+            &k,
+            0.05,
+            "stopped by Ctrl-C after 7 pairs",
+        );
         assert!(r.contains("Ctrl-C") && r.contains("not slower"), "{r}");
         assert_eq!(exit_code(GateVerdict::Slower), exit::VIOLATED);
         assert_eq!(exit_code(GateVerdict::Faster), exit::HOLDS);
