@@ -26,7 +26,7 @@
 //! | [`confidence_sequence`] | the rates the CSM does not reject: a confidence interval valid at any stopping time |
 //! | [`beta_icdf`] | conservative ends of Beta (Bayesian) credible intervals |
 //! | [`log_proportion`], [`proportion_shape`] | the posterior's shape in the log domain, without underflow |
-//! | [`Driver`] | the sequential test of a stream against a threshold or a band, with ε split between its decision and its confidence interval |
+//! | [`Driver`], [`StopRule`] | the sequential test of a stream against one threshold or two (the post's `csm-driver`: stop at the first rejection; or the full three-way decision), with the post's ε split and both intervals |
 //! | [`power()`] | probability that a driver decides within a budget (simulation, itself decided by CSM) |
 //! | [`quantile_bounds`] | order-statistic ranks bounding a quantile, valid under peeking |
 //! | [`ToleranceGate`] | paired A-vs-B comparison: "slower by more than τ?" from the median time ratio |
