@@ -1,5 +1,6 @@
 //! Running a user's command (no shell), timing it, and killing it at a timeout.
 
+use std::ffi::{OsStr, OsString};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -11,8 +12,9 @@ use crate::exit::CliError;
 /// A command line to run repeatedly.
 #[derive(Clone, Debug)]
 pub struct CommandLine {
-    pub program: String,
-    pub args: Vec<String>,
+    /// Words need not be UTF-8: they go to `execve` as they came.
+    pub program: OsString,
+    pub args: Vec<OsString>,
     /// Let the command write to our stdout/stderr instead of discarding its output.
     pub show_output: bool,
 }
@@ -51,7 +53,7 @@ impl Run {
 }
 
 impl CommandLine {
-    pub fn new(words: &[String], show_output: bool) -> Result<Self, CliError> {
+    pub fn new(words: &[OsString], show_output: bool) -> Result<Self, CliError> {
         let (program, args) = words
             .split_first()
             .ok_or_else(|| CliError::Usage("no command given".into()))?;
@@ -62,18 +64,11 @@ impl CommandLine {
         })
     }
 
-    /// The command as the user would type it.
+    /// The command as the user would type it (bytes that are not UTF-8 shown as U+FFFD).
     pub fn display(&self) -> String {
         std::iter::once(&self.program)
             .chain(&self.args)
-            .map(|w| {
-                if w.is_empty() || w.contains(|c: char| c.is_whitespace() || c == '\'' || c == '"')
-                {
-                    format!("'{}'", w.replace('\'', r"'\''"))
-                } else {
-                    w.clone()
-                }
-            })
+            .map(|w| quote(w))
             .collect::<Vec<_>>()
             .join(" ")
     }
@@ -93,12 +88,26 @@ impl CommandLine {
             .stderr(output())
             .spawn()
             .map_err(|e| {
+                let program = quote(&self.program);
                 let why = match e.kind() {
                     std::io::ErrorKind::NotFound => "command not found".to_string(),
                     std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
                     _ => e.to_string(),
                 };
-                CliError::Execution(format!("cannot run `{}`: {why}", self.program))
+                let hint = if e.kind() == std::io::ErrorKind::NotFound
+                    && self.program.to_string_lossy().contains(char::is_whitespace)
+                {
+                    // `spindle slo -- 'sleep 0.01'` looks for a program named "sleep 0.01".
+                    let words = self.program.to_string_lossy();
+                    let words = words.split_whitespace().collect::<Vec<_>>().join(" ");
+                    format!(
+                        " (no shell is involved, so the quotes made one word of the whole command: \
+                         write its words separately, -- {words}, or use -- sh -c {program})"
+                    )
+                } else {
+                    String::new()
+                };
+                CliError::Execution(format!("cannot run {program}: {why}{hint}"))
             })
     }
 
@@ -150,17 +159,28 @@ impl CommandLine {
     }
 }
 
+/// One word as a POSIX shell would need it: quoted when it holds blanks or quotes.
+fn quote(word: &OsStr) -> String {
+    let w = word.to_string_lossy();
+    if w.is_empty() || w.contains(|c: char| c.is_whitespace() || c == '\'' || c == '"') {
+        format!("'{}'", w.replace('\'', r"'\''"))
+    } else {
+        w.into_owned()
+    }
+}
+
 fn end_of(status: ExitStatus) -> RunEnd {
     RunEnd::Exited(status.code())
 }
 
-fn wait(child: &mut Child, program: &str) -> Result<ExitStatus, CliError> {
+fn wait(child: &mut Child, program: &OsStr) -> Result<ExitStatus, CliError> {
     child.wait().map_err(|e| reap_error(program, e))
 }
 
-fn reap_error(program: &str, e: std::io::Error) -> CliError {
+fn reap_error(program: &OsStr, e: std::io::Error) -> CliError {
     CliError::Execution(format!(
-        "lost track of `{program}` while waiting for it: {e}"
+        "lost track of {} while waiting for it: {e}",
+        quote(program)
     ))
 }
 
@@ -169,7 +189,7 @@ mod tests {
     use super::*;
 
     fn cmd(words: &[&str]) -> CommandLine {
-        let words: Vec<String> = words.iter().map(|s| s.to_string()).collect();
+        let words: Vec<OsString> = words.iter().map(OsString::from).collect();
         CommandLine::new(&words, false).unwrap()
     }
 
@@ -205,6 +225,40 @@ mod tests {
         let err = cmd(&["spindle-no-such-command"]).run(None).unwrap_err();
         assert!(matches!(err, CliError::Execution(_)));
         assert!(err.to_string().contains("command not found"), "{err}");
+    }
+
+    #[test]
+    fn a_quoted_command_gets_a_hint_about_the_missing_shell() {
+        let err = cmd(&["sleep 0.01"]).run(None).unwrap_err().to_string();
+        assert!(err.contains("command not found"), "{err}");
+        assert!(
+            err.contains("no shell") && err.contains("-- sleep 0.01"),
+            "{err}"
+        );
+        let err = cmd(&["spindle-no-such-command"])
+            .run(None)
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("no shell"), "{err}");
+    }
+
+    #[test]
+    fn words_need_not_be_utf8() {
+        use std::os::unix::ffi::OsStringExt;
+        let file = OsString::from_vec(b"/nonexistent-\xff".to_vec());
+        let c = CommandLine::new(
+            &[
+                OsString::from("test"),
+                OsString::from("!"),
+                OsString::from("-e"),
+                file,
+            ],
+            false,
+        )
+        .unwrap();
+        // `test ! -e <non-UTF-8 path>` succeeds: the bytes reached the program intact.
+        assert!(c.run(None).unwrap().exited_zero());
+        assert!(c.display().contains('\u{fffd}'));
     }
 
     #[test]

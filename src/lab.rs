@@ -4,7 +4,6 @@
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -15,9 +14,7 @@ use spindle_lab::{
 };
 
 use crate::exit::{self, CliError, CliResult};
-
-/// Exit code when the user interrupts the lab (128 + SIGINT, as shells report it).
-pub const INTERRUPTED: u8 = 130;
+use crate::interrupt;
 
 pub struct LabCli {
     pub experiments: Vec<String>,
@@ -61,7 +58,7 @@ pub fn run(args: LabCli) -> CliResult<u8> {
     if !args.markdown.is_empty() {
         return render_markdown(&args.markdown);
     }
-    install_sigint_handler();
+    interrupt::install();
     let options = LabOptions {
         experiments: args.experiments,
         profile: args.profile,
@@ -117,9 +114,9 @@ pub fn run(args: LabCli) -> CliResult<u8> {
             "the report could not be written: {e}"
         )));
     }
-    if STOP.load(Ordering::Relaxed) {
+    if interrupt::requested() {
         eprintln!("spindle: interrupted; the figures measured so far are in the report");
-        return Ok(INTERRUPTED);
+        return Ok(interrupt::INTERRUPTED);
     }
     if !report.failures.is_empty() {
         return Err(CliError::Execution(format!(
@@ -171,38 +168,12 @@ fn render_markdown(files: &[PathBuf]) -> CliResult<u8> {
     Ok(exit::HOLDS)
 }
 
-// --- Ctrl-C ----------------------------------------------------------------------------------
-
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_sigint(_signal: i32) {
-    extern "C" {
-        fn _exit(code: i32) -> !;
-    }
-    // Only async-signal-safe work here: an atomic swap, and _exit on the second Ctrl-C.
-    if STOP.swap(true, Ordering::SeqCst) {
-        // SAFETY: _exit is async-signal-safe and ends the process without running anything else.
-        unsafe { _exit(i32::from(INTERRUPTED)) }
-    }
-}
-
-fn install_sigint_handler() {
-    extern "C" {
-        fn signal(signum: i32, handler: usize) -> usize;
-    }
-    const SIGINT: i32 = 2;
-    // SAFETY: the handler only touches an atomic and calls _exit (see above).
-    unsafe {
-        signal(SIGINT, on_sigint as extern "C" fn(i32) as usize);
-    }
-}
-
 // --- progress displays -----------------------------------------------------------------------
 
 struct Quiet;
 impl Progress for Quiet {
     fn stop_requested(&self) -> bool {
-        STOP.load(Ordering::Relaxed)
+        interrupt::requested()
     }
 }
 
@@ -233,7 +204,7 @@ impl Progress for Lines {
         eprintln!("{name}: FAILED — {error}");
     }
     fn stop_requested(&self) -> bool {
-        STOP.load(Ordering::Relaxed)
+        interrupt::requested()
     }
 }
 
@@ -332,7 +303,7 @@ impl Progress for Bars {
         let _ = self.multi.println(format!("{name}: FAILED — {error}"));
     }
     fn stop_requested(&self) -> bool {
-        let stop = STOP.load(Ordering::Relaxed);
+        let stop = interrupt::requested();
         if stop {
             self.overall
                 .set_message("interrupted: finishing the current run and writing the report…");

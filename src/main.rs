@@ -4,12 +4,15 @@
 mod compare;
 mod exec;
 mod exit;
+mod interrupt;
 mod lab;
 mod output;
+mod samples;
 mod slo;
 mod stats_cmd;
 mod units;
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -21,11 +24,12 @@ use crate::exit::CliResult;
 
 const EXIT_CODES: &str = "\
 Exit codes:
-  0  holds / A faster / success
-  1  violated / A slower
-  2  undecided (budget exhausted) or indistinguishable
+  0  holds / A faster / significant / success
+  1  violated / A slower / not significant
+  2  undecided (budget exhausted) or, for compare, within the tolerance
   3  usage error (bad flag, value or file)
-  4  execution error (a command could not run, a file could not be written)";
+  4  execution error (a command could not run, a file could not be written)
+  130 interrupted by Ctrl-C (compare, lab)";
 
 #[derive(Parser)]
 #[command(
@@ -48,25 +52,41 @@ enum Command {
     Lab(LabArgs),
     /// Test a success-rate objective: run a command until the CSM decides whether
     /// "at least RATE of runs succeed".
-    #[command(after_help = concat!(
+    #[command(allow_negative_numbers = true, after_help = concat!(
         "A run succeeds when the command exits 0 (and, with --under, finishes within DURATION).\n",
-        "The test stops the moment the evidence suffices; the probability of a wrong verdict is at most --eps.\n\n",
+        "The test stops the moment the evidence suffices; the probability of a wrong verdict is at most --eps.\n",
+        "Durations need a unit (50ms, 1.5s, 2m): a bare number is refused. The command runs without a shell:\n",
+        "write its words after --, or use -- sh -c '...' for pipes and quoting.\n\n",
         "Examples:\n",
         "  spindle slo -- true                               holds after ~2300 runs\n",
         "  spindle slo --rate 0.9 --under 50ms -- ./client   p90 latency under 50 ms?\n\n",
         "Exit codes: 0 holds, 1 violated, 2 undecided (--max-runs or --max-time reached), 3 usage error, 4 the command could not run."
     ))]
     Slo(SloCli),
-    /// Compare two commands with paired, order-randomised runs until the sign test names the
-    /// faster one or shows them indistinguishable.
-    #[command(after_help = concat!(
-        "P(A faster) is tested against the band [0.5 - B, 0.5 + B]: above it A is faster, below it A is\n",
-        "slower, inside it the two are indistinguishable. Running the same command on both sides names a\n",
-        "winner with probability at most --eps.\n\n",
+    /// CI gate: is A slower than B by more than a tolerance? Paired, order-randomised runs until
+    /// the median time ratio A/B is known to lie above, below or within the tolerance band.
+    #[command(allow_negative_numbers = true, after_help = concat!(
+        "Each pair runs A and B back to back in random order; r = time(A) / time(B). The verdict is about the\n",
+        "median of r, the typical pair:\n",
+        "  A slower   median r > 1 + T             (exit 1)\n",
+        "  A faster   median r < 1 / (1 + T)       (exit 0)\n",
+        "  within     1 / (1 + T) <= median r <= 1 + T   (exit 2, \"no difference beyond the tolerance\")\n",
+        "with T = --tolerance. It is read off Robbins' confidence sequence for that median, valid however and\n",
+        "whenever the test stops: a wrong verdict has probability at most --eps, a wrong \"A slower\" at most\n",
+        "eps/2. Identical commands get \"within\" in a few dozen pairs; a 2x difference in about 15.\n",
+        "P(A faster in a pair) is reported too, as a secondary statistic.\n\n",
+        "--samples A B decides from two files instead of running commands: hyperfine --export-json (FILE#N\n",
+        "picks a command), criterion's target/criterion/<bench>/<baseline>/sample.json, or plain numbers. Those\n",
+        "samples are not paired, so the verdict compares the medians, each with an order-statistic confidence\n",
+        "interval at eps/2.\n\n",
+        "Ctrl-C stops after the current pair and prints the verdict so far (undecided, with what is already\n",
+        "known and its intervals, which stay valid); the exit code is then 130. A second Ctrl-C exits at once.\n\n",
         "Examples:\n",
-        "  spindle compare -- ./new ::: ./old                 CI gate: fails (exit 1) only if new is slower\n",
-        "  spindle compare --band 0.2 -- sleep 0.01 ::: sleep 0.011\n\n",
-        "Exit codes: 0 A faster, 1 A slower, 2 indistinguishable or undecided, 3 usage error, 4 a command failed."
+        "  spindle compare -- ./new ::: ./old                 CI gate: fails (exit 1) only if new is >5% slower\n",
+        "  spindle compare --tolerance 2% --max-time 5m -- ./new input ::: ./old input\n",
+        "  spindle compare --samples new.json old.json        hyperfine exports, no re-run\n\n",
+        "Exit codes: 0 A faster, 1 A slower, 2 within tolerance or undecided, 3 usage error, 4 a command failed,\n",
+        "130 interrupted."
     ))]
     Compare(CompareCli),
     /// The statistics engine as calculators and a stream filter for shell pipelines.
@@ -135,8 +155,8 @@ struct SloCli {
     /// Objective: the fraction of runs that must succeed, in (0, 1).
     #[arg(long, default_value = "0.99", value_parser = rate_parser)]
     rate: f64,
-    /// A run also has to finish within this time (e.g. 50ms, 1.5s).
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_duration)]
+    /// A run also has to finish within this time (e.g. 50ms, 1.5s; a unit is required).
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_positive_duration)]
     under: Option<Duration>,
     /// Bound on the probability of a wrong verdict, in (0, 0.5).
     #[arg(long, default_value = "1e-6", value_parser = eps_parser)]
@@ -148,85 +168,181 @@ struct SloCli {
     #[arg(long, default_value_t = 100_000)]
     max_runs: u64,
     /// Kill a run after this long (it counts as a failure).
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_positive_duration)]
     timeout: Option<Duration>,
     /// Give up (exit 2) after this much wall-clock time.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_positive_duration)]
     max_time: Option<Duration>,
     #[command(flatten)]
     output: RunOutput,
-    /// The command and its arguments (run directly, no shell).
-    #[arg(last = true, required = true, value_name = "CMD")]
-    command: Vec<String>,
+    /// The command and its arguments (run directly, no shell; need not be UTF-8).
+    #[arg(last = true, required = true, value_name = "CMD", value_parser = clap::value_parser!(OsString))]
+    command: Vec<OsString>,
 }
 
 #[derive(Args)]
 struct CompareCli {
-    /// Bound on the probability of a wrong verdict, in (0, 0.5).
-    #[arg(long, default_value = "1e-6", value_parser = eps_parser)]
+    /// The tolerance T: "A slower" means A takes more than T longer than B in the typical pair.
+    /// A percentage: 5%, 5 or 2.5%.
+    #[arg(long, value_name = "PCT", default_value = "5%", value_parser = tolerance_parser, allow_hyphen_values = true)]
+    tolerance: f64,
+    /// Bound on the probability of a wrong verdict, in (0, 0.5); a wrong "A slower" has at most
+    /// half of it.
+    #[arg(long, default_value = "1e-3", value_parser = eps_parser)]
     eps: f64,
-    /// Indifference band around 1/2 for P(A faster), in [0, 0.5).
-    #[arg(long, default_value = "0.1", value_parser = band_parser)]
-    band: f64,
-    /// Give up (exit 2) after this many untied pairs. Two identical commands need about 2000
-    /// pairs to be shown indistinguishable at the default band and eps (see `spindle stats power`).
-    #[arg(long, default_value_t = 2000)]
+    /// Give up (exit 2) after this many pairs.
+    #[arg(
+        long,
+        visible_alias = "max-pairs",
+        value_name = "PAIRS",
+        default_value_t = 1000
+    )]
     max_runs: u64,
+    /// Give up (exit 2) after this much wall-clock time (e.g. 90s, 10m).
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_positive_duration)]
+    max_time: Option<Duration>,
     /// Unmeasured runs of each command before measuring.
     #[arg(long, default_value_t = 1)]
     warmup: u64,
     /// Seed for the order of runs within each pair (default: from the clock).
     #[arg(long)]
     seed: Option<u64>,
+    /// Decide from two files of samples instead of running commands (see below).
+    #[arg(long, num_args = 2, value_names = ["A", "B"], conflicts_with_all = ["commands", "max_runs", "max_time", "warmup", "seed"])]
+    samples: Vec<PathBuf>,
+    /// Replaced by --tolerance (the old sign test's band around 1/2).
+    #[arg(long, hide = true)]
+    band: Option<String>,
     #[command(flatten)]
     output: RunOutput,
     /// CMD_A [ARGS…] ::: CMD_B [ARGS…]
-    #[arg(last = true, required = true, value_name = "CMD_A ::: CMD_B")]
-    commands: Vec<String>,
+    #[arg(last = true, required_unless_present = "samples", value_name = "CMD_A ::: CMD_B", value_parser = clap::value_parser!(OsString))]
+    commands: Vec<OsString>,
 }
 
 #[derive(Subcommand)]
 enum StatsCommand {
-    /// Robbins' stopping test: may N trials with S successes be told apart from rate ALPHA?
+    /// Robbins' stopping test: may N trials with S successes be told apart from rate ALPHA, at
+    /// false-positive rate EPS?
+    #[command(
+        allow_negative_numbers = true,
+        after_help = "Example (the CSM post's): spindle stats csm 4000 0.98 3972 0.001\n\
+                      stop: the success rate is above 0.98 (log level -17.238559826956475 < ln(0.001))"
+    )]
     Csm {
+        /// Trials.
+        #[arg(value_name = "N")]
         n: u64,
-        #[arg(value_parser = rate_parser)]
+        /// The threshold success rate, in (0, 1).
+        #[arg(value_name = "ALPHA", value_parser = rate_parser)]
         alpha: f64,
+        /// Successes among the N trials.
+        #[arg(value_name = "S")]
         s: u64,
-        #[arg(value_parser = unit_parser)]
+        /// False-positive rate, in (0, 1).
+        #[arg(value_name = "EPS", value_parser = unit_parser)]
         eps: f64,
+        /// Print the result as JSON.
         #[arg(long)]
         json: bool,
     },
-    /// Conservative end of a Beta(A, B) credible interval cutting ALPHA from one tail.
-    #[command(name = "beta-icdf")]
+    /// Conservative end of a Beta(A, B) credible interval cutting ALPHA from one tail: after S
+    /// successes in N trials, A = S + 1 and B = N − S + 1.
+    #[command(
+        name = "beta-icdf",
+        allow_negative_numbers = true,
+        after_help = "Example (the CSM post's 99.9% interval after 3972 of 4000):\n  \
+                      spindle stats beta-icdf 3972 28 0.001           0.9882119750976562\n  \
+                      spindle stats beta-icdf 3972 28 0.001 --upper   0.9963832682169742"
+    )]
     BetaIcdf {
+        /// First shape parameter (successes + 1), in [1, 2^44].
+        #[arg(value_name = "A")]
         a: u64,
+        /// Second shape parameter (failures + 1), in [1, 2^44].
+        #[arg(value_name = "B")]
         b: u64,
+        /// Probability cut from the tail, in [0, 1) (values above 0.05 are computed as 0.05).
+        #[arg(value_name = "ALPHA")]
         alpha: f64,
         /// The upper end (default: the lower end).
         #[arg(long)]
         upper: bool,
+        /// Print the result as JSON.
         #[arg(long)]
         json: bool,
     },
-    /// 1-based ranks of the order statistics bounding the Q-quantile of N samples.
+    /// 1-based ranks of the order statistics bounding the Q-quantile of N samples, valid however
+    /// N was chosen.
+    #[command(allow_negative_numbers = true)]
     Quantile {
+        /// Number of samples.
+        #[arg(value_name = "N")]
         n: u64,
+        /// The quantile, in [0, 1] (0.5 for the median, 0.99 for p99).
+        #[arg(value_name = "Q")]
         q: f64,
-        #[arg(value_parser = unit_parser)]
+        /// Probability that the interval misses the quantile (EPS/2 per end), in (0, 1).
+        #[arg(value_name = "EPS", value_parser = unit_parser)]
         eps: f64,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The shape of the posterior x^A (1-x)^B on a grid, computed in the log domain (the naive
+    /// product underflows to 0 for real counts).
+    #[command(
+        allow_negative_numbers = true,
+        after_help = "Example (the CSM post's underflow demonstration): spindle stats proportion 901 101"
+    )]
+    Proportion {
+        /// Exponent of x (successes).
+        #[arg(value_name = "A")]
+        a: u64,
+        /// Exponent of 1 − x (failures).
+        #[arg(value_name = "B")]
+        b: u64,
+        /// Grid: x = 1/K, 2/K, …, (K−1)/K.
+        #[arg(long, value_name = "K", default_value_t = 20)]
+        points: u64,
+        /// Print the result as JSON.
         #[arg(long)]
         json: bool,
     },
     /// Read outcomes from stdin (1/0, or numbers with --under) and exit as soon as the CSM
-    /// decides whether the success rate is above --rate.
+    /// decides whether the success rate is above --rate (or, with --rate-hi, either threshold).
     #[command(
-        after_help = "Example: ./latencies.sh | spindle stats stream --rate 0.99 --under 0.05\nExit codes: 0 holds, 1 violated, 2 undecided at end of input, 3 bad input."
+        allow_negative_numbers = true,
+        after_help = "Examples:\n  \
+                      ./latencies.sh | spindle stats stream --rate 0.99 --under 0.05      (lines in seconds)\n  \
+                      ./check.sh | spindle stats stream --rate 0.98 --rate-hi 0.99 --trace\n\
+                      With --rate-hi the verdict is 'holds' once the rate is known to be above --rate, 'violated'\n\
+                      once it is known to be below --rate-hi (rates in between may get either); each is wrong\n\
+                      with probability at most --eps.\n\
+                      Exit codes: 0 holds, 1 violated, 2 undecided at end of input (or within the band), 3 bad input."
     )]
     Stream(stats_cmd::StreamArgs),
     /// Will a test with these thresholds decide within --max-runs, if the true rate is RATE?
+    #[command(
+        allow_negative_numbers = true,
+        after_help = "Example (the CSM post's): 96%/98% thresholds, true rate 97%, eps 0.1%:\n  \
+                      spindle stats power 0.97 --alpha 0.96 --alpha-hi 0.98 --eps 1e-3 --max-runs 1000    not enough (exit 1)\n  \
+                      spindle stats power 0.97 --alpha 0.96 --alpha-hi 0.98 --eps 1e-3 --max-runs 10000   enough (exit 0)\n\
+                      Exit codes: 0 enough, 1 not enough, 2 undecided, 3 usage error."
+    )]
     Power(stats_cmd::PowerArgs),
+    /// The CSM post's exact test: is the difference of means (medians, quantiles) between two
+    /// samples real? Resamples the pooled data until the CSM places the p-value.
+    #[command(
+        allow_negative_numbers = true,
+        after_help = "Shuffles the pooled values, splits them into groups of the original sizes, and counts how often the\n\
+                      shuffled difference is as extreme as the observed one: that rate is the p-value, and the CSM stops\n\
+                      as soon as it is known to be below --alpha (significant) or above it. With --alpha-hi, it stops at\n\
+                      the first of 'below --alpha-hi' (significant) and 'above --alpha' (not significant).\n\n\
+                      Example (the CSM post's thresholds): spindle stats exact new.txt old.txt --alpha 0.005 --alpha-hi 0.01 --eps 1e-9\n\n\
+                      Exit codes: 0 significant, 1 not significant, 2 undecided or between the thresholds, 3 usage error."
+    )]
+    Exact(stats_cmd::ExactArgs),
 }
 
 pub(crate) fn rate_parser(s: &str) -> Result<f64, String> {
@@ -241,15 +357,8 @@ pub(crate) fn unit_parser(s: &str) -> Result<f64, String> {
     units::parse_open_unit("value", s, 0.0, 1.0)
 }
 
-fn band_parser(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("band must be a number, not '{s}'"))?;
-    if !(0.0..0.5).contains(&v) {
-        return Err(format!("band = {s} is outside [0, 0.5)"));
-    }
-    Ok(v)
+fn tolerance_parser(s: &str) -> Result<f64, String> {
+    units::parse_percent("tolerance", s)
 }
 
 fn run(cli: Cli) -> CliResult<u8> {
@@ -297,14 +406,29 @@ fn run(cli: Cli) -> CliResult<u8> {
             })
         }
         Command::Compare(a) => {
+            if a.band.is_some() {
+                return Err(exit::usage(
+                    "--band is gone: compare now decides on the median time ratio; use --tolerance PCT (default 5%)",
+                ));
+            }
+            if let [sa, sb] = &a.samples[..] {
+                return compare::run_samples(compare::SamplesArgs {
+                    eps: a.eps,
+                    tolerance: a.tolerance,
+                    json: a.output.json,
+                    a: sa.clone(),
+                    b: sb.clone(),
+                });
+            }
             if a.max_runs == 0 {
                 return Err(exit::usage("--max-runs must be at least 1"));
             }
             let (cmd_a, cmd_b) = compare::split_commands(&a.commands)?;
             compare::run(compare::CompareArgs {
                 eps: a.eps,
-                band: a.band,
-                max_runs: a.max_runs,
+                tolerance: a.tolerance,
+                max_pairs: a.max_runs,
+                max_time: a.max_time,
                 warmup: a.warmup,
                 seed: a.seed,
                 json: a.output.json,
@@ -329,8 +453,12 @@ fn run(cli: Cli) -> CliResult<u8> {
                 json,
             } => stats_cmd::beta_icdf_cmd(a, b, alpha, upper, json),
             StatsCommand::Quantile { n, q, eps, json } => stats_cmd::quantile_cmd(n, q, eps, json),
+            StatsCommand::Proportion { a, b, points, json } => {
+                stats_cmd::proportion_cmd(a, b, points, json)
+            }
             StatsCommand::Stream(args) => stats_cmd::stream_cmd(args),
             StatsCommand::Power(args) => stats_cmd::power_cmd(args),
+            StatsCommand::Exact(args) => stats_cmd::exact_cmd(args),
         },
     }
 }

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-/// Parses `1.5s`, `50ms`, `250us` (or `250µs`), `100ns`, `2m`, `1h`; a bare number means seconds.
+/// Parses `1.5s`, `50ms`, `250us` (or `250µs`), `100ns`, `2m`, `1h`. A bare number is refused:
+/// `--under 5` could mean 5 s or 5 ms, and guessing wrong silently is worse than asking.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     // The unit is the trailing run of letters (so that the 'e' of "1e-3s" stays in the number).
@@ -21,7 +22,12 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "ns" => 1e-9,
         "us" | "µs" | "μs" => 1e-6,
         "ms" => 1e-3,
-        "" | "s" => 1.0,
+        "s" => 1.0,
+        "" => {
+            return Err(format!(
+                "duration '{text}' has no unit: write {t}s or {t}ms (units: ns, us, ms, s, m, h)"
+            ))
+        }
         "m" | "min" => 60.0,
         "h" => 3600.0,
         other => {
@@ -37,6 +43,41 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         ));
     }
     Duration::try_from_secs_f64(seconds).map_err(|_| format!("duration '{text}' is too long"))
+}
+
+/// [`parse_duration`] for limits that must be longer than zero (`--under`, `--timeout`,
+/// `--max-time`): a zero limit would fail every run, or stop before the first.
+pub fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d.is_zero() {
+        return Err(format!("duration '{text}' must be longer than zero"));
+    }
+    Ok(d)
+}
+
+/// A percentage: `5%` or `5` (both 5%), `2.5%`, `0`. Returns the fraction (0.05).
+pub fn parse_percent(name: &str, text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    let number = t.strip_suffix('%').unwrap_or(t).trim();
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{name} must be a percentage such as 5% or 2.5, not '{text}'"))?;
+    if !(0.0..=1000.0).contains(&value) {
+        return Err(format!("{name} = {text} is outside [0%, 1000%]"));
+    }
+    Ok(value / 100.0)
+}
+
+/// Shortens what we echo of a user's input in an error message (a 100 MB line must not come
+/// back on the terminal): at most `max` characters, with an ellipsis and the full length.
+pub fn excerpt(text: &str, max: usize) -> String {
+    let count = text.chars().count();
+    if count <= max {
+        text.to_string()
+    } else {
+        let head: String = text.chars().take(max).collect();
+        format!("{head}… ({count} characters)")
+    }
 }
 
 /// `1.23 ms`, `45.6 µs`, `2.00 s`: three significant digits, the unit chosen to fit.
@@ -61,19 +102,30 @@ pub fn format_seconds(seconds: f64) -> String {
 }
 
 /// A percentage with enough digits to show how close to 100% (or 0%) it is: `50.00%`,
-/// `99.9953%`, `0.0012%`.
+/// `99.9953%`, `0.0012%`; below 10⁻⁸ % (or that close to 100%) in scientific notation, so that
+/// no digit is ever printed as a bare `0.`.
 pub fn format_percent(p: f64) -> String {
     let pct = p * 100.0;
+    if pct == 0.0 || pct == 100.0 || !pct.is_finite() {
+        return format!("{pct:.2}%");
+    }
     let distance = if pct > 50.0 { 100.0 - pct } else { pct };
-    let digits = if distance > 0.0 && distance < 1.0 {
+    if distance < 1e-8 {
+        return if pct > 50.0 {
+            format!("100% − {distance:.1e}%")
+        } else {
+            format!("{pct:.1e}%")
+        };
+    }
+    let digits = if distance < 1.0 {
         // Two significant digits of the distance to the nearer end.
-        ((-distance.log10()).floor() as usize + 2).min(10)
+        (-distance.log10()).floor() as usize + 2
     } else {
         2
     };
     let text = format!("{pct:.digits$}");
     let text = if digits > 2 {
-        text.trim_end_matches('0').to_string()
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
     } else {
         text
     };
@@ -109,7 +161,6 @@ mod tests {
     fn durations_parse_with_units() {
         assert_eq!(parse_duration("50ms").unwrap(), Duration::from_millis(50));
         assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
-        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
         assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
         assert_eq!(parse_duration("250µs").unwrap(), Duration::from_micros(250));
         assert_eq!(parse_duration("100ns").unwrap(), Duration::from_nanos(100));
@@ -120,10 +171,48 @@ mod tests {
 
     #[test]
     fn bad_durations_say_why() {
-        for bad in ["", "ms", "fast", "5 sec", "-1s", "1e400s", "nan"] {
+        for bad in [
+            "", "ms", "fast", "5 sec", "-1s", "1e400s", "nan", "5", "-0.5",
+        ] {
             let err = parse_duration(bad).unwrap_err();
             assert!(err.contains(bad.trim()) || bad.is_empty(), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn bare_numbers_and_zero_limits_are_refused() {
+        let err = parse_duration("5").unwrap_err();
+        assert!(err.contains("5s or 5ms"), "{err}");
+        assert!(parse_positive_duration("0ms")
+            .unwrap_err()
+            .contains("longer than zero"));
+        assert!(parse_positive_duration("0s").is_err());
+        assert_eq!(
+            parse_positive_duration("1ms").unwrap(),
+            Duration::from_millis(1)
+        );
+    }
+
+    #[test]
+    fn percentages() {
+        assert_eq!(parse_percent("tolerance", "5%"), Ok(0.05));
+        assert_eq!(parse_percent("tolerance", "5"), Ok(0.05));
+        assert_eq!(parse_percent("tolerance", " 2.5 % "), Ok(0.025));
+        assert_eq!(parse_percent("tolerance", "0"), Ok(0.0));
+        assert!(parse_percent("tolerance", "-5%")
+            .unwrap_err()
+            .contains("outside"));
+        assert!(parse_percent("tolerance", "five")
+            .unwrap_err()
+            .contains("percentage"));
+    }
+
+    #[test]
+    fn excerpts_are_short() {
+        assert_eq!(excerpt("abc", 10), "abc");
+        let long = "x".repeat(1_000_000);
+        let e = excerpt(&long, 40);
+        assert!(e.len() < 80 && e.contains("1000000 characters"), "{e}");
     }
 
     #[test]
@@ -138,6 +227,12 @@ mod tests {
         assert_eq!(format_percent(0.9999995), "99.99995%");
         assert_eq!(format_percent(0.0000123), "0.0012%");
         assert_eq!(format_percent(0.95), "95.00%");
+        assert_eq!(format_percent(0.0), "0.00%");
+        // Tiny rates keep their digits (`stats power` printed "[0.%, …]").
+        assert_eq!(format_percent(2.2234953e-7), "0.000022%");
+        assert_eq!(format_percent(2.4752475e-12), "2.5e-10%");
+        assert_eq!(format_percent(1.0 - 1e-12), "100% − 1.0e-10%");
+        assert_eq!(format_percent(0.0075575), "0.76%");
         assert_eq!(format_probability(1e-6), "1e-6");
         assert_eq!(format_probability(0.001), "0.001");
     }

@@ -148,11 +148,16 @@ fn compare_names_an_obvious_winner_both_ways() {
     assert_eq!(code(&out), 1);
     let v = json(&out);
     assert_eq!(v["verdict"], "A slower");
-    assert!(v["median_ratio_a_over_b"].as_f64().unwrap() > 1.0);
+    assert!(v["median_ratio"].as_f64().unwrap() > 1.05);
+    // The interval printed beside the verdict agrees with it.
+    assert!(
+        v["median_ratio_interval"][0].as_f64().unwrap() > 1.05,
+        "{v}"
+    );
 }
 
 #[test]
-fn compare_of_one_command_with_itself_names_no_winner() {
+fn compare_of_one_command_with_itself_finds_no_difference_beyond_the_tolerance() {
     let out = spindle(&[
         "compare",
         "--quiet",
@@ -165,11 +170,16 @@ fn compare_of_one_command_with_itself_names_no_winner() {
         "true",
     ]);
     assert_eq!(code(&out), 2, "{}", stdout(&out));
-    let verdict = json(&out)["verdict"].as_str().unwrap().to_string();
+    let v = json(&out);
+    let verdict = v["verdict"].as_str().unwrap().to_string();
     assert!(
-        verdict == "undecided" || verdict == "indistinguishable",
+        verdict == "undecided" || verdict == "within tolerance",
         "{verdict}"
     );
+    if verdict == "within tolerance" {
+        let [lo, hi] = [0, 1].map(|i| v["median_ratio_interval"][i].as_f64().unwrap());
+        assert!(1.0 / 1.05 <= lo && hi <= 1.05, "{v}");
+    }
 }
 
 #[test]

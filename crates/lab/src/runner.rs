@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use spindle_stats::rng::SplitMix64;
-use spindle_stats::{Decision, Driver, DriverConfig};
+use spindle_stats::{Decision, Driver, DriverConfig, StopRule};
 
 use crate::kit::calibrate;
 use crate::machine::Machine;
@@ -248,8 +248,13 @@ impl<'r> Ctx<'r> {
                 };
                 Ok(ClaimState {
                     names: [name(n, nm), name(d, dm)],
-                    driver: Driver::new(DriverConfig::band(c.band.0, c.band.1, self.eps))
-                        .map_err(|e| format!("claim {}: {e}", c.id))?,
+                    driver: Driver::new(
+                        // The three-way decision (holds / violated / borderline), not the
+                        // first rejection: a claim reports which side of the band it is on.
+                        DriverConfig::band(c.band.0, c.band.1, self.eps)
+                            .rule(StopRule::FullDecision),
+                    )
+                    .map_err(|e| format!("claim {}: {e}", c.id))?,
                     num: (n, nm),
                     den: (d, dm),
                     capped: 0,

@@ -154,7 +154,7 @@ pub struct BetaBound {
 /// treated as 0.05 (a wider, still valid interval); `alpha <= 0` gives 0 or 1.
 ///
 /// ```
-/// // The seed's example: 3972 successes, 28 failures, 99.9% interval.
+/// // The CSM post's example: 3972 successes, 28 failures, 99.9% interval.
 /// assert_eq!(spindle_stats::beta_icdf(3972, 28, 0.001, false), 0.9882119750976562);
 /// assert_eq!(spindle_stats::beta_icdf(3972, 28, 0.001, true), 0.9963832682169742);
 /// ```
@@ -211,6 +211,26 @@ pub fn rate_interval(n: u64, successes: u64, alpha: f64) -> (f64, f64) {
     );
     let (a, b) = (successes + 1, n - successes + 1);
     (beta_icdf(a, b, alpha, false), beta_icdf(a, b, alpha, true))
+}
+
+/// `ln(x^a (1 − x)^b)`: the logarithm of the unnormalised posterior proportion after `a`
+/// successes and `b` failures (uniform prior), i.e. of the Beta(a + 1, b + 1) density up to a
+/// constant. The CSM post's `proportion` function: `a ln x + b ln_1p(−x)`, where `ln_1p` keeps
+/// the precision that `ln(1 − x)` would round away for small `x`.
+///
+/// Computing `x^a (1 − x)^b` directly underflows for the counts of any real experiment
+/// (`0.4^901 · 0.6^101` is 0.0 in double precision): the log domain does not.
+pub fn log_proportion(a: u64, b: u64, x: f64) -> f64 {
+    a as f64 * x.ln() + b as f64 * (-x).ln_1p()
+}
+
+/// The shape of the posterior on a grid: `x^a (1 − x)^b` at each point, divided by its largest
+/// value on the grid, computed in the log domain (`exp(ln f(x) − max ln f)`) so that nothing
+/// underflows before the division. Points must lie in (0, 1); an empty grid gives an empty shape.
+pub fn proportion_shape(a: u64, b: u64, points: &[f64]) -> Vec<f64> {
+    let logs: Vec<f64> = points.iter().map(|&x| log_proportion(a, b, x)).collect();
+    let top = logs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    logs.iter().map(|&l| (l - top).exp()).collect()
 }
 
 #[cfg(test)]

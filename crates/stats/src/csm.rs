@@ -101,7 +101,7 @@ pub struct CsmCheck {
 /// success rate differs from `alpha`, with false-positive rate `exp(log_eps)`?
 ///
 /// ```
-/// // The seed's example: 3972 successes in 4000 trials, threshold 0.98, ε = 0.001.
+/// // The CSM post's example: 3972 successes in 4000 trials, threshold 0.98, ε = 0.001.
 /// let check = spindle_stats::csm(4000, 0.98, 3972, 0.001f64.ln());
 /// assert!(check.stop);
 /// assert_eq!(check.log_level, -17.238559826956475);
@@ -314,7 +314,7 @@ mod tests {
 
     #[test]
     fn csm_reproduces_the_seed() {
-        // Seed 000: (csm 4000 0.98d0 3972 (log 0.001d0)) => T, -17.238559826956475
+        // The CSM post: (csm 4000 0.98d0 3972 (log 0.001d0)) => T, -17.238559826956475
         let c = csm(4000, 0.98, 3972, 0.001f64.ln());
         assert!(c.stop);
         assert_eq!(c.log_level, -17.238559826956475);

@@ -2,41 +2,67 @@
 //! when it says so.
 //!
 //! A [`Driver`] tests the unknown success rate `p` of an i.i.d. Bernoulli stream against one
-//! threshold α, or against two thresholds `α_lo <= α_hi` (an *indifference band*). For each
-//! threshold it runs Robbins' confidence sequence ([`crate::csm()`]); the first time a test
-//! rejects "p = α", the side of α on which `p` lies is read from the running estimate (Ding, Gandy
-//! and Hahn) and never revisited. The decision combines the two sides:
+//! threshold α, or against two thresholds `α_lo <= α_hi`. For each threshold it runs Robbins'
+//! confidence sequence ([`crate::csm()`]); when a test rejects "p = α", the side of α on which `p`
+//! lies is read from the running estimate (Ding, Gandy and Hahn) and never revisited.
 //!
-//! | lower test says | upper test says | decision |
-//! |---|---|---|
-//! | anything        | p > α_hi        | [`Decision::Above`] |
-//! | p < α_lo        | anything        | [`Decision::Below`] |
-//! | p > α_lo        | p < α_hi        | [`Decision::Within`] (only with a band) |
+//! # When to stop: two rules
 //!
-//! With one threshold only `Above` and `Below` exist, and a rate very close to α can keep the
-//! driver busy for a long time. A band guarantees a decision eventually for every rate strictly
-//! inside or outside it: inside, both tests reject and the driver reports `Within`. (A rate
-//! exactly on a threshold is never distinguished from it.) Partial knowledge (say "p > α_lo" but
-//! nothing yet about α_hi) is not a decision: the driver keeps sampling, and at its `max_count`
-//! reports [`Decision::Undecided`] with the partial sides in [`Outcome`].
+//! With two thresholds the band between them is an *indifference zone*, and there are two
+//! sensible moments to stop ([`StopRule`]):
+//!
+//! * [`StopRule::FirstRejection`] (the default): stop as soon as **either** test rejects. This is
+//!   the CSM post's `csm-driver` ("the CSM will stop whenever it's likely that the underlying
+//!   success rate differs from either of them"): the band is "don't care", so knowing that `p`
+//!   is above α_lo is enough to say "not below the band". Every rate, even one exactly in the
+//!   middle of the band, is decided eventually, and quickly: the post's power example (thresholds
+//!   96% and 98%, true rate 97%, ε = 0.1%) decides correctly within 10 000 observations more than
+//!   99% of the time.
+//! * [`StopRule::FullDecision`]: keep sampling until the three-way decision is known: above α_hi,
+//!   below α_lo, or strictly inside the band (both tests rejected, towards each other). This is
+//!   what a claim with a borderline verdict needs (the lab's claims), and it costs more: a rate in
+//!   the middle of the band must be told apart from *both* thresholds.
+//!
+//! The decision, by what the two tests have said so far:
+//!
+//! | lower test (α_lo) | upper test (α_hi) | `FirstRejection` | `FullDecision` |
+//! |---|---|---|---|
+//! | p > α_lo  | unknown   | [`Decision::Above`] (p > α_lo) | keep going |
+//! | anything  | p > α_hi  | [`Decision::Above`] (p > α_hi) | [`Decision::Above`] |
+//! | p < α_lo  | anything  | [`Decision::Below`] (p < α_lo) | [`Decision::Below`] |
+//! | unknown   | p < α_hi  | [`Decision::Below`] (p < α_hi) | keep going |
+//! | p > α_lo  | p < α_hi  | [`Decision::Within`] | [`Decision::Within`] |
+//!
+//! So `Above` always means "above a threshold" and `Below` "below a threshold";
+//! [`Outcome::lower_side`] and [`Outcome::upper_side`] say which, and [`Outcome::known_range`]
+//! turns them into the range of rates the tests allow. With one threshold both rules are the same
+//! test and only `Above` and `Below` exist. At `max_count` without a decision the driver reports
+//! [`Decision::Undecided`], with whatever partial sides it has.
 //!
 //! `min_count` observations are collected before any test looks at the data, so a slow start
 //! (cold caches, a first run that pays for page faults) cannot fix a side on its own. Robbins'
 //! bound holds for every `n`, so starting later keeps the guarantee.
 //!
-//! # Error budget
+//! # Error budget (the post's split)
 //!
-//! The caller's ε is split with Bonferroni's inequality between the tests and the confidence
-//! interval: one threshold, ε/2 each; two thresholds, ε/3 each. The confidence interval is
-//! Robbins' confidence sequence ([`crate::csm::confidence_sequence`]), valid at any stopping time.
-//! So the probability that the decision or the confidence interval is wrong is at most ε, however
-//! the number of observations was chosen.
+//! The caller's ε is split with Bonferroni's inequality as the CSM post does: with two
+//! thresholds, ε/3 for each test and ε/6 for each end of the credible interval; with one, ε/2 for
+//! the test and ε/4 for each end. Both tests are rounded down (`next_down(ε/k)`).
 //!
-//! [`Outcome::credible`] is the seed's Bayesian summary: the equal-tailed interval of the
-//! posterior Beta(s + 1, n − s + 1) under a uniform prior, cutting half the interval's share from
-//! each end. It is narrower, it says where the rate probably is *given the data*, and it is not
-//! part of the frequentist guarantee: at a data-dependent stopping time its coverage can fall
-//! short of its nominal level.
+//! [`Outcome::confidence`] is Robbins' confidence sequence ([`crate::csm::confidence_sequence`])
+//! at the same level as each test, intersected with [`Outcome::known_range`]. It needs no budget of
+//! its own: a test that rejects α at time `m` with the estimate on the wrong side of α implies
+//! that the confidence sequence at time `m` (the rates *not* rejected, an interval around the
+//! estimate that excludes α) excludes the true rate, and Robbins bounds the probability that the
+//! sequence *ever* excludes it. So the decision, both sides and the confidence interval are all
+//! right together except with probability at most ε/3 (two thresholds) or ε/2 (one), at whatever
+//! time the driver stops; the intersection keeps the interval consistent with the decision.
+//!
+//! [`Outcome::credible`] is the post's Bayesian summary: the equal-tailed interval of the
+//! posterior Beta(s + 1, n − s + 1) under a uniform prior, cutting ε/6 (ε/4) of posterior
+//! probability from each end. It is narrower, it says where the rate probably is *given the
+//! data*, and it is not part of the frequentist guarantee: at a data-dependent stopping time its
+//! coverage can fall short of its nominal level.
 
 use crate::beta::{rate_interval, MAX_BETA_PARAM};
 use crate::csm::{confidence_sequence, csm};
@@ -58,12 +84,16 @@ pub enum Side {
     Below,
 }
 
-/// The driver's decision.
+/// The driver's decision; see the module documentation for what each means under each
+/// [`StopRule`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decision {
-    /// The rate is above `alpha_hi` (with one threshold: above it).
+    /// The rate is above a threshold: above `alpha_hi` under [`StopRule::FullDecision`], above at
+    /// least `alpha_lo` under [`StopRule::FirstRejection`] ([`Outcome::upper_side`] says whether
+    /// it is also above `alpha_hi`).
     Above,
-    /// The rate is below `alpha_lo` (with one threshold: below it).
+    /// The rate is below a threshold: below `alpha_lo` under [`StopRule::FullDecision`], below at
+    /// least `alpha_hi` under [`StopRule::FirstRejection`].
     Below,
     /// The rate lies strictly inside the band (`alpha_lo`, `alpha_hi`).
     Within,
@@ -83,6 +113,28 @@ impl Decision {
     }
 }
 
+/// When a driver with two thresholds stops; see the module documentation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StopRule {
+    /// Stop as soon as either threshold's test rejects (the CSM post's `csm-driver`): the band
+    /// between the thresholds is "don't care".
+    #[default]
+    FirstRejection,
+    /// Stop only when the three-way decision is known: above `alpha_hi`, below `alpha_lo`, or
+    /// within the band (both tests rejected).
+    FullDecision,
+}
+
+impl StopRule {
+    /// Lower-case name, for reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopRule::FirstRejection => "first-rejection",
+            StopRule::FullDecision => "full-decision",
+        }
+    }
+}
+
 /// Parameters of a [`Driver`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DriverConfig {
@@ -96,6 +148,8 @@ pub struct DriverConfig {
     pub min_count: u64,
     /// Give up (undecided) after this many observations.
     pub max_count: u64,
+    /// When to stop with two thresholds (irrelevant with one).
+    pub rule: StopRule,
 }
 
 impl DriverConfig {
@@ -104,7 +158,8 @@ impl DriverConfig {
         Self::band(alpha, alpha, eps)
     }
 
-    /// A test against an indifference band `[lo, hi]`.
+    /// A test against two thresholds `lo <= hi`, stopping at the first rejection (the post's
+    /// rule); add `.rule(StopRule::FullDecision)` for the three-way decision.
     pub fn band(lo: f64, hi: f64, eps: f64) -> Self {
         Self {
             alpha_lo: lo,
@@ -112,6 +167,7 @@ impl DriverConfig {
             eps,
             min_count: 1,
             max_count: MAX_OBSERVATIONS,
+            rule: StopRule::FirstRejection,
         }
     }
 
@@ -124,6 +180,21 @@ impl DriverConfig {
     /// Report undecided after `n` observations.
     pub fn max_count(mut self, n: u64) -> Self {
         self.max_count = n;
+        self
+    }
+
+    /// When to stop with two thresholds.
+    ///
+    /// ```
+    /// use spindle_stats::{Decision, DriverConfig, StopRule, drive};
+    /// // Every observation a success: 0.98 is rejected long before "inside the band" could be.
+    /// let first = drive(DriverConfig::band(0.4, 0.6, 1e-3), || true).unwrap();
+    /// let full = drive(DriverConfig::band(0.4, 0.6, 1e-3).rule(StopRule::FullDecision), || true).unwrap();
+    /// assert_eq!((first.decision, full.decision), (Decision::Above, Decision::Above));
+    /// assert!(first.n < full.n); // the first rejection (of 0.4) comes before that of 0.6
+    /// ```
+    pub fn rule(mut self, rule: StopRule) -> Self {
+        self.rule = rule;
         self
     }
 
@@ -171,19 +242,21 @@ impl DriverConfig {
         Ok(())
     }
 
-    /// ε for each CSM test.
-    fn test_eps(&self) -> f64 {
+    /// ε for each CSM test: ε/3 with two thresholds, ε/2 with one, rounded down (a smaller ε is
+    /// always safe).
+    pub fn test_eps(&self) -> f64 {
         let parts = if self.has_band() { 3.0 } else { 2.0 };
-        // Rounded down: a smaller ε is always safe.
         next_down(self.eps / parts).max(0.0)
     }
 
-    /// False-positive rate of the confidence interval (the same share as each test).
+    /// False-positive rate of the confidence interval: the same as each test's, because the
+    /// tests' errors are among the interval's (see the module documentation).
     pub fn confidence_eps(&self) -> f64 {
         self.test_eps()
     }
 
-    /// Probability cut from each end of the credible interval.
+    /// Posterior probability cut from each end of the credible interval: ε/6 with two thresholds,
+    /// ε/4 with one.
     pub fn interval_alpha(&self) -> f64 {
         0.5 * self.test_eps()
     }
@@ -209,8 +282,9 @@ pub struct Outcome {
     pub successes: u64,
     /// `successes / n` (0 when `n == 0`).
     pub estimate: f64,
-    /// Confidence interval for the rate (Robbins' confidence sequence): it excludes the true rate
-    /// with probability at most [`DriverConfig::confidence_eps`], at any stopping time.
+    /// Confidence interval for the rate: Robbins' confidence sequence intersected with
+    /// [`Outcome::known_range`]. It excludes the true rate with probability at most
+    /// [`DriverConfig::confidence_eps`], at any stopping time, and never contradicts the decision.
     pub confidence: (f64, f64),
     /// Bayesian credible interval (uniform prior), [`DriverConfig::interval_alpha`] of posterior
     /// probability cut from each end; a summary, not part of the ε guarantee.
@@ -222,6 +296,42 @@ pub struct Outcome {
     pub upper_side: Side,
     /// The thresholds and budget the driver ran with.
     pub config: DriverConfig,
+}
+
+impl Outcome {
+    /// The range of rates that the tests' conclusions allow: `(α_hi, 1)` after "p > α_hi",
+    /// `(α_lo, α_hi)` after both "p > α_lo" and "p < α_hi", `(0, 1)` while nothing is known.
+    /// This is what the post's `report` prints as `p > α` / `α < p < α_hi` / `p < α_hi`.
+    pub fn known_range(&self) -> (f64, f64) {
+        known_range(&self.config, self.lower_side, self.upper_side)
+    }
+
+    /// Whether every side the tests concluded is a true statement about a stream whose success
+    /// rate is `rate`, and there is a decision: the post's `csm-power` criterion of success.
+    pub fn is_correct_for(&self, rate: f64) -> bool {
+        let true_side = |alpha: f64, side: Side| match side {
+            Side::Unknown => true,
+            Side::Above => rate > alpha,
+            Side::Below => rate < alpha,
+        };
+        self.decision != Decision::Undecided
+            && true_side(self.config.alpha_lo, self.lower_side)
+            && true_side(self.config.alpha_hi, self.upper_side)
+    }
+}
+
+fn known_range(config: &DriverConfig, lower: Side, upper: Side) -> (f64, f64) {
+    let lo = match (lower, upper) {
+        (_, Side::Above) => config.alpha_hi,
+        (Side::Above, _) => config.alpha_lo,
+        _ => 0.0,
+    };
+    let hi = match (lower, upper) {
+        (Side::Below, _) => config.alpha_lo,
+        (_, Side::Below) => config.alpha_hi,
+        _ => 1.0,
+    };
+    (lo, hi)
 }
 
 /// Sequential CSM test of a Bernoulli stream; see the module documentation.
@@ -241,6 +351,9 @@ pub struct Outcome {
 pub struct Driver {
     config: DriverConfig,
     log_eps: f64,
+    /// `(ln α, ln(1 − α))` of each threshold, for [`may_reject`].
+    ln_lo: (f64, f64),
+    ln_hi: (f64, f64),
     n: u64,
     successes: u64,
     lower_side: Side,
@@ -254,6 +367,8 @@ impl Driver {
         config.validate()?;
         Ok(Self {
             log_eps: ln_down(config.test_eps()),
+            ln_lo: logs(config.alpha_lo),
+            ln_hi: logs(config.alpha_hi),
             config,
             n: 0,
             successes: 0,
@@ -284,34 +399,41 @@ impl Driver {
             }
         };
         let (n, s, log_eps) = (self.n, self.successes, self.log_eps);
-        if self.lower_side == Side::Unknown && csm(n, self.config.alpha_lo, s, log_eps).stop {
+        let (ln_p, ln_q) = (estimate.ln(), (-estimate).ln_1p());
+        let rejects = |alpha: f64, ln_alpha: (f64, f64)| {
+            may_reject(n, estimate, ln_p, ln_q, ln_alpha, log_eps) && csm(n, alpha, s, log_eps).stop
+        };
+        if self.lower_side == Side::Unknown && rejects(self.config.alpha_lo, self.ln_lo) {
             self.lower_side = side_of(self.config.alpha_lo);
         }
         if !self.config.has_band() {
             self.upper_side = self.lower_side;
-        } else if self.upper_side == Side::Unknown && csm(n, self.config.alpha_hi, s, log_eps).stop
-        {
+        } else if self.upper_side == Side::Unknown && rejects(self.config.alpha_hi, self.ln_hi) {
             self.upper_side = side_of(self.config.alpha_hi);
         }
 
         match self.current_decision() {
-            Some(decision) if self.n >= self.config.min_count => {
+            Some(decision) => {
                 self.finished = Some(decision);
                 Step::Done(decision)
             }
-            _ if self.n >= self.config.max_count => {
+            None if self.n >= self.config.max_count => {
                 self.finished = Some(Decision::Undecided);
                 Step::Done(Decision::Undecided)
             }
-            _ => Step::Continue,
+            None => Step::Continue,
         }
     }
 
     fn current_decision(&self) -> Option<Decision> {
-        match (self.lower_side, self.upper_side) {
-            (_, Side::Above) => Some(Decision::Above),
-            (Side::Below, _) => Some(Decision::Below),
-            (Side::Above, Side::Below) => Some(Decision::Within),
+        match (self.lower_side, self.upper_side, self.config.rule) {
+            (Side::Above, Side::Below, _) => Some(Decision::Within),
+            (_, Side::Above, _) | (Side::Above, _, StopRule::FirstRejection) => {
+                Some(Decision::Above)
+            }
+            (Side::Below, _, _) | (_, Side::Below, StopRule::FirstRejection) => {
+                Some(Decision::Below)
+            }
             _ => None,
         }
     }
@@ -345,8 +467,19 @@ impl Driver {
         self.finished
     }
 
+    /// What the test against `alpha_lo` has concluded so far.
+    pub fn lower_side(&self) -> Side {
+        self.lower_side
+    }
+
+    /// What the test against `alpha_hi` has concluded so far.
+    pub fn upper_side(&self) -> Side {
+        self.upper_side
+    }
+
     /// The smallest current log level among the tests that have not rejected yet: how far the
-    /// driver is from its next conclusion (it concludes when this drops below `ln(ε/k)`).
+    /// driver is from its next conclusion (it concludes when this drops below `ln(ε/k)`). This is
+    /// the last column of the post's progress log, before division by `−ln 10`.
     pub fn log_level(&self) -> f64 {
         let (n, s) = (self.n, self.successes);
         if n == 0 {
@@ -366,14 +499,24 @@ impl Driver {
         }
     }
 
-    /// The confidence interval (confidence sequence) for the success rate: a few dozen CSM
-    /// evaluations.
+    /// The confidence interval for the success rate: Robbins' confidence sequence (a few dozen
+    /// CSM evaluations) intersected with what the tests have concluded.
     pub fn confidence_interval(&self) -> (f64, f64) {
-        confidence_sequence(
+        let (lo, hi) = confidence_sequence(
             self.n,
             self.successes,
             ln_down(self.config.confidence_eps()),
-        )
+        );
+        let (known_lo, known_hi) = known_range(&self.config, self.lower_side, self.upper_side);
+        let (clamped_lo, clamped_hi) = (lo.max(known_lo), hi.min(known_hi));
+        if clamped_lo <= clamped_hi {
+            (clamped_lo, clamped_hi)
+        } else {
+            // A side fixed earlier (full-decision rule) and today's sequence disagree: one of
+            // them is among the errors of probability at most ε, and nothing tells which. Report
+            // the sequence, which describes the data as they are now.
+            (lo, hi)
+        }
     }
 
     /// The Bayesian credible interval for the success rate (a few bisections of the incomplete
@@ -396,6 +539,28 @@ impl Driver {
             config: self.config,
         }
     }
+}
+
+/// A cheap necessary condition for `csm(n, alpha, s, log_eps).stop`, so that simulations do not
+/// pay for a full CSM evaluation (seven logarithms) at every observation.
+///
+/// With `p̂ = s/n`, the binomial probability of `s` at rate `α` is its probability at rate `p̂`
+/// times `exp(−n KL(p̂ ‖ α))` (KL the Kullback–Leibler divergence of Bernoulli(p̂) from
+/// Bernoulli(α)), and its probability at `p̂` — the mode of that binomial — is at least
+/// `1/(n+1)`, the average over its `n + 1` outcomes. So the exact log level is at least
+/// `−n KL(p̂ ‖ α)`, and the computed level, an upper bound of the exact one, cannot be below
+/// `ln ε` while `n KL < −ln ε`. The divergence is computed in plain floating point; the margin
+/// (10^-9 per observation plus 10^-6) dwarfs its rounding error, and erring here only costs a
+/// CSM evaluation.
+fn may_reject(n: u64, p: f64, ln_p: f64, ln_q: f64, ln_alpha: (f64, f64), log_eps: f64) -> bool {
+    let xlogy = |x: f64, ln_x: f64, ln_y: f64| if x == 0.0 { 0.0 } else { x * (ln_x - ln_y) };
+    let kl = xlogy(p, ln_p, ln_alpha.0) + xlogy(1.0 - p, ln_q, ln_alpha.1);
+    let nf = n as f64;
+    nf * kl.max(0.0) + 1e-9 * nf + 1e-6 >= -log_eps
+}
+
+fn logs(alpha: f64) -> (f64, f64) {
+    (alpha.ln(), (-alpha).ln_1p())
 }
 
 /// Runs a driver over a generator of outcomes until it finishes.
@@ -425,10 +590,12 @@ mod tests {
     }
 
     #[test]
-    fn band_decides_within_for_a_rate_inside_it() {
+    fn full_decision_decides_within_for_a_rate_inside_the_band() {
         let mut rng = SplitMix64::new(11);
         let out = drive(
-            DriverConfig::band(0.4, 0.6, 1e-3).max_count(100_000),
+            DriverConfig::band(0.4, 0.6, 1e-3)
+                .max_count(100_000)
+                .rule(StopRule::FullDecision),
             || rng.bernoulli(0.5),
         )
         .unwrap();
@@ -443,14 +610,95 @@ mod tests {
     fn max_count_gives_undecided_with_partial_sides() {
         // A rate exactly at the upper threshold: the lower test rejects, the upper never should.
         let mut rng = SplitMix64::new(5);
-        let out = drive(DriverConfig::band(0.4, 0.6, 1e-3).max_count(3000), || {
-            rng.bernoulli(0.6)
-        })
-        .unwrap();
+        let config = DriverConfig::band(0.4, 0.6, 1e-3)
+            .max_count(3000)
+            .rule(StopRule::FullDecision);
+        let out = drive(config, || rng.bernoulli(0.6)).unwrap();
         assert_eq!(out.decision, Decision::Undecided);
         assert_eq!(out.n, 3000);
         assert_eq!(out.lower_side, Side::Above);
         assert_eq!(out.upper_side, Side::Unknown);
+    }
+
+    /// The post's rule: a rate in the middle of the band stops at the first rejection, on either
+    /// side, and every side it reports is true; the full decision takes longer on the same data.
+    #[test]
+    fn first_rejection_stops_at_either_threshold_and_tells_which() {
+        let mut sides = [0u32; 2];
+        for seed in 0..200 {
+            let config = DriverConfig::band(0.4, 0.6, 1e-3).max_count(100_000);
+            let mut rng = SplitMix64::new(seed);
+            let first = drive(config, || rng.bernoulli(0.5)).unwrap();
+            let mut rng = SplitMix64::new(seed);
+            let full = drive(config.rule(StopRule::FullDecision), || rng.bernoulli(0.5)).unwrap();
+            assert!(first.is_correct_for(0.5), "{first:?}");
+            assert!(first.n <= full.n);
+            match (first.decision, first.lower_side, first.upper_side) {
+                (Decision::Above, Side::Above, Side::Unknown) => sides[0] += 1,
+                (Decision::Below, Side::Unknown, Side::Below) => sides[1] += 1,
+                (Decision::Within, Side::Above, Side::Below) => {}
+                other => panic!("{other:?}"),
+            }
+            // The interval agrees with what is known.
+            let (lo, hi) = first.known_range();
+            assert!(
+                lo <= first.confidence.0 && first.confidence.1 <= hi,
+                "{first:?}"
+            );
+        }
+        assert!(sides[0] > 50 && sides[1] > 50, "{sides:?}");
+    }
+
+    /// The shortcut never hides a stop: wherever the CSM stops, `may_reject` says it may.
+    #[test]
+    fn the_divergence_shortcut_never_hides_a_stop() {
+        let mut checked = 0;
+        for n in 1..=400u64 {
+            for s in 0..=n {
+                let p = s as f64 / n as f64;
+                for &alpha in &[1e-3, 0.05, 0.3, 0.5, 0.9, 0.98, 0.999] {
+                    for &log_eps in &[-1e-3, -3.0, -15.0] {
+                        if csm(n, alpha, s, log_eps).stop {
+                            checked += 1;
+                            assert!(
+                                may_reject(n, p, p.ln(), (-p).ln_1p(), logs(alpha), log_eps),
+                                "n {n} s {s} alpha {alpha} log_eps {log_eps}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 100_000, "{checked}");
+    }
+
+    #[test]
+    fn known_range_follows_the_sides() {
+        let c = DriverConfig::band(0.4, 0.6, 0.01);
+        let range = |lower, upper| known_range(&c, lower, upper);
+        assert_eq!(range(Side::Unknown, Side::Unknown), (0.0, 1.0));
+        assert_eq!(range(Side::Above, Side::Unknown), (0.4, 1.0));
+        assert_eq!(range(Side::Above, Side::Above), (0.6, 1.0));
+        assert_eq!(range(Side::Above, Side::Below), (0.4, 0.6));
+        assert_eq!(range(Side::Unknown, Side::Below), (0.0, 0.6));
+        assert_eq!(range(Side::Below, Side::Below), (0.0, 0.4));
+    }
+
+    /// The printed interval never contradicts the verdict (it used to, when a side was fixed
+    /// before the final count: "inside [40%, 60%]" beside [40.01%, 60.95%]).
+    #[test]
+    fn confidence_interval_never_contradicts_the_decision() {
+        for seed in 0..100 {
+            let mut rng = SplitMix64::new(seed);
+            let config = DriverConfig::band(0.4, 0.6, 1e-2).rule(StopRule::FullDecision);
+            let out = drive(config, || rng.bernoulli(0.55)).unwrap();
+            if out.decision == Decision::Within {
+                assert!(
+                    0.4 <= out.confidence.0 && out.confidence.1 <= 0.6,
+                    "{out:?}"
+                );
+            }
+        }
     }
 
     #[test]

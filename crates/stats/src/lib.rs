@@ -5,13 +5,14 @@
 //! answers it *sequentially*: you may look after every observation and stop as soon as the data
 //! suffice, and the probability of ever answering wrongly stays below the ε you chose up front.
 //! The method is Robbins' confidence sequence as used by Ding, Gandy and Hahn (the Confidence
-//! Sequence Method, CSM), following Paul Khuong's safely-rounded implementation (seed document
-//! 000, "testing SLO-type properties with the confidence sequence method").
+//! Sequence Method, CSM), following Paul Khuong's safely-rounded implementation ("Testing
+//! SLO-type properties with the Confidence Sequence Method", pvk.ca, 2018: "the CSM post" below).
 //!
 //! Almost any performance claim reduces to a Bernoulli stream:
 //!
 //! * an SLO ("p99 under 50 ms"): success = one request finished under 50 ms, α = 0.99;
-//! * a comparison ("A is faster than B"): success = A beat B in one paired trial, α = ½;
+//! * a comparison ("A is not slower than B by more than 5%"): success = A took more than 1.05×
+//!   B's time in one paired trial, α = ½ (the claim is about the median time ratio);
 //! * a ratio claim ("ours costs at most 1.25× the floor"): success = ratio ≤ 1.25 in one paired
 //!   trial, α = ½ (the claim is about the median ratio).
 //!
@@ -24,18 +25,20 @@
 //! | [`csm()`] | Robbins' stopping test for one threshold |
 //! | [`confidence_sequence`] | the rates the CSM does not reject: a confidence interval valid at any stopping time |
 //! | [`beta_icdf`] | conservative ends of Beta (Bayesian) credible intervals |
-//! | [`Driver`] | the sequential test of a stream against a threshold or a band, with ε split between its decision and its confidence interval |
+//! | [`log_proportion`], [`proportion_shape`] | the posterior's shape in the log domain, without underflow |
+//! | [`Driver`], [`StopRule`] | the sequential test of a stream against one threshold or two (the post's `csm-driver`: stop at the first rejection; or the full three-way decision), with the post's ε split and both intervals |
 //! | [`power()`] | probability that a driver decides within a budget (simulation, itself decided by CSM) |
 //! | [`quantile_bounds`] | order-statistic ranks bounding a quantile, valid under peeking |
-//! | [`SignTest`], [`sign_test`] | paired A-vs-B comparison |
-//! | [`exact_test`] | permutation test of any statistic, stopped by CSM |
+//! | [`ToleranceGate`] | paired A-vs-B comparison: "slower by more than τ?" from the median time ratio |
+//! | [`SignTest`], [`sign_test`] | paired A-vs-B comparison: "does A win more than half the pairs?" |
+//! | [`location_test`], [`exact_test`] | the post's permutation test of a difference of means, medians or quantiles (or any statistic), stopped by CSM |
 //!
 //! ## Conservative, to the last bit
 //!
 //! Every floating-point step that could move a verdict is rounded in the safe direction:
 //! upper bounds up, lower bounds down, library `ln`/`exp` allowed a few ULPs of error. The point
 //! is not that rounding is likely to matter, but that when a CI job fails nobody has to wonder
-//! whether it was rounding. The results match the seed's published values bit for bit:
+//! whether it was rounding. The results match the CSM post's published values bit for bit:
 //!
 //! ```
 //! use spindle_stats::{beta_icdf, csm};
@@ -59,17 +62,22 @@ pub mod beta;
 pub mod compare;
 pub mod csm;
 pub mod driver;
+pub mod exact;
 pub mod power;
 pub mod quantile;
 pub mod rng;
 pub mod round;
 
-pub use beta::{beta_bound, beta_icdf, rate_interval, BetaBound};
+pub use beta::{beta_bound, beta_icdf, log_proportion, proportion_shape, rate_interval, BetaBound};
 pub use compare::{
-    exact_test, sign_test, ExactConfig, ExactOutcome, SignOutcome, SignTest, Winner,
+    sign_test, GateKnowledge, GateVerdict, SignOutcome, SignTest, ToleranceGate, Winner,
 };
 pub use csm::{confidence_sequence, csm, log_choose_upper, CsmCheck};
-pub use driver::{drive, Decision, Driver, DriverConfig, Outcome, Side, Step};
+pub use driver::{drive, Decision, Driver, DriverConfig, Outcome, Side, Step, StopRule};
+pub use exact::{
+    exact_test, location_test, Alternative, ExactConfig, ExactOutcome, Location, LocationTest,
+    Resampler,
+};
 pub use power::{power, PowerOptions, PowerReport};
 pub use quantile::{quantile_bounds, quantile_interval, QuantileInterval, QuantileRanks};
 

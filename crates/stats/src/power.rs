@@ -2,11 +2,15 @@
 //!
 //! The CSM is conservative: it hedges against a false positive at any time in an infinite
 //! stream, so with a finite `max_count` it may run out of observations before deciding. Before
-//! committing a CI job to a budget, ask [`power`]: it simulates the driver on Bernoulli data with
-//! a chosen true rate and feeds "did the simulated driver decide, and decide correctly?" into an
-//! outer driver that tests that success rate against a target (0.99 by default) with a tiny ε
-//! (1e-9 by default). The answer is itself a CSM verdict: `Above` means "at least 99% of runs
-//! would decide correctly", `Below` the opposite.
+//! committing a CI job to a budget, ask [`power`] (the CSM post's `csm-power`): it simulates the
+//! driver on Bernoulli data with a chosen true rate and feeds "did the simulated driver decide,
+//! and is every side it reported true?" ([`Outcome::is_correct_for`]) into an outer driver that
+//! tests that success rate against a target (0.99 by default) with a tiny ε (1e-9 by default),
+//! after at least 100 simulations. The answer is itself a CSM verdict: `Above` means "more than
+//! 99% of runs would decide correctly", `Below` the opposite.
+//!
+//! The simulated driver uses whatever [`crate::StopRule`] its configuration names, so the same
+//! question can be asked of the post's first-rejection rule and of the full three-way decision.
 
 use crate::driver::{drive, Decision, DriverConfig, Outcome};
 use crate::rng::SplitMix64;
@@ -50,16 +54,6 @@ pub struct PowerReport {
     pub max_inner_n: u64,
 }
 
-/// Whether `decision` is a true statement about a stream whose success rate is `rate`.
-pub fn decision_is_correct(decision: Decision, rate: f64, config: &DriverConfig) -> bool {
-    match decision {
-        Decision::Above => rate > config.alpha_hi,
-        Decision::Below => rate < config.alpha_lo,
-        Decision::Within => config.alpha_lo < rate && rate < config.alpha_hi,
-        Decision::Undecided => false,
-    }
-}
-
 /// Estimates the probability that a driver configured as `inner` (which must have a finite
 /// `max_count`) reaches a correct decision on data with success rate `rate`.
 pub fn power(
@@ -87,7 +81,7 @@ pub fn power(
         if out.decision != Decision::Undecided {
             max_inner_n = max_inner_n.max(out.n);
         }
-        decision_is_correct(out.decision, rate, inner)
+        out.is_correct_for(rate)
     })?;
     if max_inner_n == 0 {
         max_inner_n = inner.max_count;
@@ -98,10 +92,11 @@ pub fn power(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::driver::{Side, StopRule};
 
     #[test]
     fn seed_example_with_a_small_budget_is_underpowered() {
-        // Seed 000: thresholds 96% and 98%, true rate 97%, ε = 1e-3, only 1000 observations:
+        // The CSM post: thresholds 96% and 98%, true rate 97%, ε = 1e-3, only 1000 observations:
         // "we can expect the CSM success rate to be less than 99%".
         let inner = DriverConfig::band(0.96, 0.98, 1e-3).max_count(1000);
         let report = power(0.97, &inner, &PowerOptions::default()).unwrap();
@@ -121,15 +116,45 @@ mod tests {
         assert!(report.max_inner_n < 200);
     }
 
+    /// The full decision needs both thresholds rejected: in the middle of the band that takes
+    /// about twice as long as the first rejection, so a budget the post's rule finds ample is
+    /// not enough for it.
+    #[test]
+    fn the_full_decision_needs_more_observations() {
+        let inner = DriverConfig::band(0.4, 0.6, 1e-3).max_count(700);
+        let options = PowerOptions {
+            eps: 1e-6,
+            ..PowerOptions::default()
+        };
+        let first = power(0.5, &inner, &options).unwrap();
+        assert_eq!(first.outer.decision, Decision::Above, "{:?}", first.outer);
+        let full = power(0.5, &inner.rule(StopRule::FullDecision), &options).unwrap();
+        assert_eq!(full.outer.decision, Decision::Below, "{:?}", full.outer);
+    }
+
     #[test]
     fn correctness_is_judged_against_the_true_rate() {
         let c = DriverConfig::band(0.4, 0.6, 0.01);
-        assert!(decision_is_correct(Decision::Above, 0.7, &c));
-        assert!(!decision_is_correct(Decision::Above, 0.5, &c));
-        assert!(decision_is_correct(Decision::Within, 0.5, &c));
-        assert!(!decision_is_correct(Decision::Within, 0.6, &c));
-        assert!(decision_is_correct(Decision::Below, 0.1, &c));
-        assert!(!decision_is_correct(Decision::Undecided, 0.1, &c));
+        let out = |decision, lower_side, upper_side| Outcome {
+            decision,
+            n: 1,
+            successes: 0,
+            estimate: 0.0,
+            confidence: (0.0, 1.0),
+            credible: (0.0, 1.0),
+            lower_side,
+            upper_side,
+            config: c,
+        };
+        let above_hi = out(Decision::Above, Side::Unknown, Side::Above);
+        assert!(above_hi.is_correct_for(0.7) && !above_hi.is_correct_for(0.5));
+        let above_lo = out(Decision::Above, Side::Above, Side::Unknown);
+        assert!(above_lo.is_correct_for(0.5) && !above_lo.is_correct_for(0.3));
+        let within = out(Decision::Within, Side::Above, Side::Below);
+        assert!(within.is_correct_for(0.5) && !within.is_correct_for(0.6));
+        let below = out(Decision::Below, Side::Below, Side::Below);
+        assert!(below.is_correct_for(0.1) && !below.is_correct_for(0.5));
+        assert!(!out(Decision::Undecided, Side::Unknown, Side::Unknown).is_correct_for(0.1));
     }
 
     #[test]
