@@ -3,32 +3,11 @@
 //! at all, and the budgets are pair counts.
 
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-fn spindle(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_spindle"))
-        .args(args)
-        .output()
-        .expect("spindle runs")
-}
-
-fn code(out: &Output) -> i32 {
-    out.status.code().expect("exited normally")
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn json(out: &Output) -> serde_json::Value {
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}{}", stdout(out), stderr(out)))
-}
+mod common;
+use common::{code, json, spindle, stderr, stdout};
 
 struct TempDir(PathBuf);
 
