@@ -48,7 +48,8 @@
 //! they do not each need their own: a caller only needs *some* barrier that **started after**
 //! its own writes were globally visible. A caller that arrives while a barrier is in flight
 //! cannot use that one, so sharing happens when two or more callers arrive during the same
-//! barrier: with three or more CPUs running callers (on 2 CPUs none ever share). Words:
+//! barrier — the more CPUs run callers, the likelier (the lab's `fences` experiment reports the
+//! barriers issued per call). Words:
 //!
 //! - `state`: bit 0 = a barrier is in flight; bits 1.. = `started`, the number of barriers
 //!   begun so far.

@@ -2,7 +2,7 @@
 //!
 //! - [`eventcount`]: [`EventCount`] (multi-producer) and [`SpEventCount`] (single producer,
 //!   no atomic instruction on the signal path): block on lock-free data, free when nobody sleeps.
-//! - [`lock`]: spinlocks, a futex mutex and Spindle's recommended [`lock::Mutex`], all
+//! - [`lock`]: spinlocks, a futex mutex and Spindle's own [`lock::Mutex`], all
 //!   `lock_api` raw mutexes. Its module documentation says which lock to use when.
 //! - [`fence`]: asymmetric fences — a compiler-only [`fence::light`] on the hot path, a
 //!   process-wide [`fence::heavy`] (coalesced) on the cold one.

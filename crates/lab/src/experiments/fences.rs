@@ -321,7 +321,7 @@ impl Experiment for Fences {
                 .at_most(0.5),
             );
         } else {
-            plan.note("Fewer than 4 CPUs: the coalescing guarantees beyond 'not slower' are not tested (callers share a barrier only when two or more arrive during the same one, which needs three CPUs running callers).");
+            plan.note("Fewer than 4 CPUs: the coalescing guarantees beyond 'not slower' are not tested (callers share a barrier only when two or more arrive during the same one, which is rare with few CPUs running callers).");
         }
         let best_id = sources
             .iter()
@@ -337,7 +337,7 @@ impl Experiment for Fences {
                 plan.note("Claim prepaid-vs-global not tested: no prepaid source or no membarrier(GLOBAL) here.");
             }
         }
-        plan.note(format!("A caller that arrives while a barrier is in flight cannot use that one (it may have started before the caller's writes): callers share a barrier only when two or more arrive during the same one, which needs at least three CPUs running callers ({} here).", cpus.len()));
+        plan.note(format!("A caller that arrives while a barrier is in flight cannot use that one (it may have started before the caller's writes): callers share a barrier only when two or more arrive during the same one, which gets likelier with more CPUs running callers ({} here; 'barriers issued per call' shows how often it happened).", cpus.len()));
         plan.note("A prepaid barrier completes when every CPU has taken an interrupt or context switch after the ticket, or is idle; the waiting thread's own CPU completes as soon as the waiter sleeps.");
         plan.note("The post (4-way E5-46xx, Linux 4.16): expedited membarrier worst case 0.041 ms idle, 0.076 ms under load; mprotect 0.046 / 0.047 ms; unexpedited membarrier 25–50 ms; barrierd 0–4 ms under load.");
         ctx.measure(plan)

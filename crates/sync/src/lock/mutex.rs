@@ -1,4 +1,4 @@
-//! [`SpindleLock`] (and [`Mutex<T>`]): Spindle's recommended lock.
+//! [`SpindleLock`] (and [`Mutex<T>`]): Spindle's mutex.
 //!
 //! # Protocol
 //!
@@ -97,9 +97,9 @@
 //! # Against the goal
 //!
 //! The goal, tested as two guarantees by the lab's `locks` experiment at T = 4 × cores: run
-//! duration ≤ 1.0 × the best spinlock's, and longest idle time ≤ 1.0 × std's. Where every
-//! sane lock runs equally fast (the hand-off of the lock is the bottleneck), both ratios sit at
-//! 1 and the lab reports them undecided rather than rounding either way. Structural limits:
+//! duration ≤ 1.0 × the best spinlock's, and longest idle time ≤ 1.0 × std's. Not met: on both
+//! machines measured (`docs/results.md`) the spinlock's runs were shorter, and on the 16-core
+//! one this lock's runs and idle times were also longer than std's. Structural limits:
 //! the unlock must be a locked RMW (to see sleepers) where a spinlock's is a plain store, so
 //! this lock cannot beat a spinlock on the uncontended path; a hand-off to long waiters
 //! (parking_lot's and WTF::Lock's eventual fairness) has not been tried. Variants that were
@@ -124,14 +124,14 @@ const YIELDS: u32 = if cfg!(loom) { 1 } else { 2 };
 /// Rounds of `pause` after returning from a futex wait, before sleeping again.
 const SPIN_AFTER_WAKE: u32 = if cfg!(loom) { 1 } else { 40 };
 
-/// Spindle's recommended lock: barging, spin then yield then futex-sleep, and unlocks that
+/// Spindle's mutex: barging, spin then yield then futex-sleep, and unlocks that
 /// make no system call while a woken thread is on its way. See the module docs.
 pub struct SpindleLock {
     state: AtomicU32,
     parking: Parking,
 }
 
-/// Spindle's recommended mutex: a [`lock_api::Mutex`] over [`SpindleLock`].
+/// Spindle's mutex: a [`lock_api::Mutex`] over [`SpindleLock`].
 #[cfg(not(loom))]
 pub type Mutex<T> = lock_api::Mutex<SpindleLock, T>;
 /// The guard of [`Mutex`].
