@@ -4,10 +4,10 @@
 //! ```text
 //! Plan
 //!  ├─ Section "signal"  (baseline variant, metrics: one unit per column)
-//!  │    ├─ Variant "signal-plain"  ── run(n) → Span / Sample        (one per trial)
+//!  │    ├─ Variant "signal-store"  ── run(n) → Span / Sample        (one per trial)
 //!  │    └─ Variant "signal-sp"
 //!  ├─ Section "asleep" …
-//!  ├─ Claim: guarantee "sp-signal": signal-sp / signal-plain ≤ 1.25   (per trial, CSM-decided)
+//!  ├─ Claim: guarantee "sp-signal": signal-sp / signal-store ≤ 1.25   (per trial, CSM-decided)
 //!  └─ finish: derived tables and notes
 //! ```
 //!

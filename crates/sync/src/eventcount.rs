@@ -78,55 +78,85 @@
 //!
 //! # Single-producer protocol ([`SpEventCount`])
 //!
-//! With one producer, the version needs no atomic increment: on x86-64 the producer uses
-//! `add qword ptr [word], 2d` *without* the `lock` prefix, then tests bit 0 of the word. Adding
-//! an even number never changes bit 0, so a flag standing before the add is still there after
-//! it; a flag set just after the add is seen too, which only costs a spurious wake (the waiter
-//! that set it finds its flag cleared and sets it again). Waiters still flip the flag with a
-//! `lock cmpxchg`.
+//! With one producer the version needs no atomic read-modify-write, and the sleepers flag
+//! need not share its word. [`SpEventCount`] keeps two words on one cache line: the version
+//! `V` (a `u64` only the producer writes, with plain stores of a value it keeps in a register)
+//! and the sleepers word `S` (a `u32`): bit 0 is the flag, set by waiters; bits 1..32 count
+//! the producer's clears, so a waiter can tell that its announcement was taken even if another
+//! waiter has set the flag again since.
 //!
-//! Why not the non-`lock`ed `xadd` that Paul Khuong's "Preemption Is GC for Memory Reordering"
-//! (2019) suggests, which returns the old value: which of the two sequences is cheaper depends
-//! on the core — the lab's `eventcount` experiment measures both (`signal-plain-xadd` and
-//! `signal-sp`) beside a plain increment, and they have come out in both orders on different
-//! microarchitectures, so the choice is under review. The post's other option, `inc` with the
-//! flag in the sign bit read from the condition codes, forces the futex onto the half that
-//! holds the sign bit, which does not hold the version's low bits (see the invariants above).
-//! Why one instruction and not a load and a store: an interrupt cannot split an instruction,
-//! and interrupt entry drains the store buffer; with two instructions the producer could be
-//! preempted between its load and its store for longer than the waiters' one-second window
-//! below, and then overwrite a flag after they trusted it.
+//! Signal (`add(d)`), with `local` the producer's own copy of the version:
+//! ```text
+//! local += d; store(V, local)          // mov: a release store on x86-TSO
+//! if load(S) & 1:                      // mov + predictable branch
+//!     fetch_add(S, 1); futex_wake(S, all)   // clears the flag, bumps the clear count
+//! ```
+//! Wait (`wait(v)`):
+//! ```text
+//! spin a little while V == v
+//! loop:
+//!     s = fetch_or(S, 1) | 1           // lock or: announce, a full barrier (unless standing)
+//!     return Changed if V != v
+//!     spin a little while V == v and S == s
+//!     during the first second after the announcement: futex_wait(S, s, min(deadline, nap))
+//!         with naps of 1, 2, 4, … ms; afterwards futex_wait(S, s, deadline)
+//!     return Changed if V != v; TimedOut if the deadline passed
+//!     if S != s: the producer took our announcement; announce again, the second restarts
+//! ```
 //!
-//! Under x86-TSO a `lock`ed instruction acts on memory with the store buffer drained; the
-//! producer's plain `add` reads its own latest version (from memory or its own store buffer), so
-//! versions are never lost. What can be lost is a *flag*: a waiter's CAS can land between the
-//! producer's load and its store, or while the producer's store still sits in its store buffer;
-//! the store then overwrites the flag. The waiter cannot tell from the memory model how long
-//! that window lasts. It can tell from the clock: every interrupt return (`iret`) is a full
-//! barrier, and interrupts reach every CPU several times a second (the HZ tick, 250 Hz here).
-//! So, as that post argues, once the flag has stood unchanged for one second, no store of the
-//! producer that could overwrite it is still in flight, and the next signal will see it.
+//! **The fast path** is a store, a load of a word on the line the store just wrote, and a
+//! branch: no `lock`ed instruction and no fence, and no dependency through memory from one
+//! signal to the next (the version comes from a register), so its cost does not hinge on
+//! whether the core renames memory — which made the earlier design (a non-`lock`ed
+//! `add [V], 2` with the flag in bit 0, then a test of that bit) cost 1.0 × a plain increment
+//! on Zen 1 and 7.6 × on Sapphire and Emerald Rapids Xeons. The store and the load need no
+//! `lock` because they touch different words: the producer never overwrites a flag.
 //!
-//! A waiter therefore: spins; flips the flag; spins; then, for one second after the flip (the
-//! clock restarts whenever the word changes under it), sleeps with *growing timeouts* (1 ms, 2,
-//! 4, … ms) and re-checks after each; only then does it block on the futex with the caller's
-//! deadline alone. If a signal overwrote its flag, the waiter notices within one timeout, so a
-//! lost flag costs latency, never a hang. This relies on interrupts: a core isolated with
-//! `nohz_full` running one thread may not take one for longer (see that post); use the
-//! multi-producer [`EventCount`] there.
+//! **Why no wake-up is lost.** The producer's store to `V` and its load of `S` form the
+//! store-buffering pattern: x86-TSO lets the load complete while the store still sits in the
+//! store buffer, so a producer can miss a flag whose waiter, in turn, still reads the old
+//! version. Three facts close the gap.
+//! 1. The waiter's `lock or` is a full barrier, so its announcement is globally visible before
+//!    it reads `V`; any producer load that executes afterwards sees the flag — until the
+//!    producer clears it, which changes `S` for good (the clear count), so the waiter notices.
+//! 2. A store leaves the store buffer in bounded time: every interrupt — the timer tick
+//!    reaches every CPU several times a second (250 Hz here) — drains it on entry. So if the
+//!    producer's load missed an announcement, its store becomes visible well within a second
+//!    of that announcement (Paul Khuong, "Preemption Is GC for Memory Reordering", 2019).
+//! 3. For the first second after its announcement the waiter sleeps only in short naps and
+//!    re-reads `V` after each; only once `S` has kept the value of its announcement for a whole
+//!    second does it sleep with the caller's deadline alone. By then, (2) says a signal whose
+//!    load missed the flag has made its version visible, and (1) says every later signal sees
+//!    the flag.
+//!
+//! The futex sleeps on `S`, not `V`: the producer's clear changes `S`, so a waiter about to
+//! sleep when the producer clears and wakes fails the kernel's comparison and returns instead
+//! of sleeping on a flag nobody will see. One clear answers every waiter and wakes them all;
+//! the producer's `lock`ed clear drains its store first, so a waiter that finds its
+//! announcement taken finds the new version too — or, if the clear answered an older waiter's
+//! flag, it announces again and its second restarts. A waiter that times out leaves the flag
+//! for the next signal to clear: one wasted wake-up call. The clear count wraps at 2^31: a
+//! waiter would have to miss exactly that many clears between two looks. This relies on
+//! interrupts: a core isolated with `nohz_full` running one thread may not take one for much
+//! longer; use the multi-producer [`EventCount`] there.
+//!
+//! **Orderings.** The version store is `Release` (the producer's earlier writes are visible to
+//! a waiter that sees the version); the waiter's loads of `V` are `Acquire`. The producer's
+//! load of `S` is an `asm` load, which the compiler can neither move above the store nor hoist
+//! out of a loop of signals; x86 needs nothing more, by (2). Elsewhere it is a `SeqCst` fence
+//! and a load, and the waiter's `fetch_or` and load are `SeqCst`, which makes the
+//! store-buffering outcome impossible by the memory model alone. The loom models check that
+//! version of the protocol, with the fence and load as one read-modify-write (loom does not
+//! model a `SeqCst` fence against other threads' `SeqCst` accesses); there the waiter needs no
+//! timed naps.
+//!
+//! **Linearisation points.** A signal: its store to `V`. A wait that returns `Changed`: the
+//! load that observed the new version.
 //!
 //! The single-producer contract is in the types: [`SpEventCount::producer`] hands out one
 //! [`SpProducer`], which is neither `Clone` nor `Sync`; a second one is refused until the first
 //! is dropped (the drop and the next hand-out synchronise through an atomic flag, so the next
-//! producer sees the last version).
-//!
-//! The overwritten flag is real: with the one-second window removed (the waiter trusting its
-//! flag at once), the stress test `tests/eventcount.rs` has lost wake-ups when the producer
-//! used an unlocked `xadd`. The memory model does not exclude the race for today's `add`
-//! either, so the window stays; with it, no run of the stress test has lost a wake-up.
-//!
-//! On other architectures, and in the loom build, the producer uses the multi-producer
-//! `fetch_add` (the protocol above), which is correct everywhere.
+//! producer starts from the last version). The version wraps at 2^64.
 
 use std::cell::Cell;
 use std::convert::Infallible;
@@ -134,7 +164,7 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use crate::futex::Parking;
-use crate::primitives::{spin_loop, AtomicBool, AtomicU64, Ordering::*};
+use crate::primitives::{spin_loop, AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 use crate::time::Deadline;
 
 /// Pause-loop iterations before a waiter flips the sleepers flag. What that takes depends on
@@ -225,13 +255,8 @@ impl Core {
     }
 
     /// [`Core::wait`] without a predicate.
-    fn wait_for_change(
-        &self,
-        old: u64,
-        deadline: Option<Deadline>,
-        single_producer: bool,
-    ) -> Result<u64, TimedOut> {
-        match self.wait::<Infallible>(old, deadline, single_producer, &mut |_| None) {
+    fn wait_for_change(&self, old: u64, deadline: Option<Deadline>) -> Result<u64, TimedOut> {
+        match self.wait::<Infallible>(old, deadline, &mut |_| None) {
             Waited::Changed(v) => Ok(v),
             Waited::TimedOut => Err(TimedOut),
             Waited::Stopped(never) => match never {},
@@ -248,13 +273,11 @@ impl Core {
 
     // Under loom the spin constants are 0 (see their definitions).
     #[cfg_attr(loom, allow(clippy::reversed_empty_ranges))]
-    /// The waiter side, shared by both protocols; `single_producer` adds the timed sleeps of
-    /// the first second after a flag flip.
+    /// The waiter side of the multi-producer protocol.
     fn wait<T>(
         &self,
         old: u64,
         deadline: Option<Deadline>,
-        single_producer: bool,
         pred: &mut dyn FnMut(&mut WaitState) -> Option<T>,
     ) -> Waited<T> {
         let old = old & VERSION_MASK;
@@ -275,10 +298,6 @@ impl Core {
             deadline,
             iteration: 0,
         };
-        // Single producer: when the flag was first seen standing (None: not yet), and the
-        // next timed sleep.
-        let mut flag_since: Option<Deadline> = None;
-        let mut timeout = SP_FIRST_TIMEOUT;
         loop {
             if let Some(t) = pred(&mut state) {
                 return Waited::Stopped(t);
@@ -312,29 +331,15 @@ impl Core {
                     return Waited::Changed(version(w));
                 }
                 // A signal cleared a flag it did not see us set; set it again.
-                flag_since = None;
                 continue;
             }
 
-            let mut sleep_until = state.deadline;
-            if single_producer {
-                let now = Deadline::now();
-                let since = *flag_since.get_or_insert(now);
-                if now < since.saturating_add(SP_FLAG_SETTLE) {
-                    let nap = now.saturating_add(timeout);
-                    timeout = timeout.saturating_mul(2);
-                    sleep_until = Some(sleep_until.map_or(nap, |d| d.min(nap)));
-                }
-            }
             self.parking
-                .wait64_low(&self.word, flagged as u32, sleep_until);
+                .wait64_low(&self.word, flagged as u32, state.deadline);
 
             let w = self.word.load(Acquire);
             if version(w) != old {
                 return Waited::Changed(version(w));
-            }
-            if w != flagged {
-                flag_since = None;
             }
         }
     }
@@ -410,7 +415,7 @@ impl EventCount {
     /// Wait until the version differs from `old` or `deadline` passes (`None`: no deadline).
     /// Returns the version seen. Returns at once if the version already differs.
     pub fn wait(&self, old: u64, deadline: Option<Deadline>) -> Result<u64, TimedOut> {
-        self.core.wait_for_change(old, deadline, false)
+        self.core.wait_for_change(old, deadline)
     }
 
     /// Wait like [`wait`](Self::wait), calling `pred` before each sleep: it may stop the wait
@@ -421,7 +426,7 @@ impl EventCount {
         deadline: Option<Deadline>,
         mut pred: impl FnMut(&mut WaitState) -> Option<T>,
     ) -> Waited<T> {
-        self.core.wait(old, deadline, false, &mut pred)
+        self.core.wait(old, deadline, &mut pred)
     }
 }
 
@@ -440,9 +445,9 @@ impl std::fmt::Debug for EventCount {
     }
 }
 
-/// A single-producer event count: the producer's signal costs a plain (non-`lock`ed) `add`
-/// when nobody sleeps. See the [module documentation](self) for the protocol and its reliance
-/// on interrupts.
+/// A single-producer event count: the producer's signal is a plain store and a load when
+/// nobody sleeps. See the [module documentation](self) for the protocol and its reliance on
+/// interrupts.
 ///
 /// ```
 /// use spindle_sync::eventcount::SpEventCount;
@@ -457,8 +462,13 @@ impl std::fmt::Debug for EventCount {
 /// assert_eq!(ec.value(), 1);
 /// ```
 pub struct SpEventCount {
-    core: Core,
+    /// `V`: written only by the producer.
+    version: AtomicU64,
+    /// `S`: bit 0 set while a waiter may be asleep, bits 1.. the producer's clears; the futex
+    /// word.
+    sleepers: AtomicU32,
     producer_taken: AtomicBool,
+    parking: Parking,
 }
 
 impl SpEventCount {
@@ -466,8 +476,10 @@ impl SpEventCount {
     #[cfg(not(loom))]
     pub const fn new() -> SpEventCount {
         SpEventCount {
-            core: Core::new(),
+            version: AtomicU64::new(0),
+            sleepers: AtomicU32::new(0),
             producer_taken: AtomicBool::new(false),
+            parking: Parking::new(),
         }
     }
 
@@ -475,18 +487,23 @@ impl SpEventCount {
     #[cfg(loom)]
     pub fn new() -> SpEventCount {
         SpEventCount {
-            core: Core::new(),
+            version: AtomicU64::new(0),
+            sleepers: AtomicU32::new(0),
             producer_taken: AtomicBool::new(false),
+            parking: Parking::new(),
         }
     }
 
     /// The producer handle, or `None` while another one exists.
+    #[inline]
     pub fn producer(&self) -> Option<SpProducer<'_>> {
         self.producer_taken
             .compare_exchange(false, true, Acquire, Relaxed)
             .ok()
             .map(|_| SpProducer {
                 ec: self,
+                // The hand-out synchronised with the previous producer's drop.
+                local: self.version.load(Relaxed),
                 _not_sync: PhantomData,
             })
     }
@@ -494,19 +511,89 @@ impl SpEventCount {
     /// The current version (`Acquire`).
     #[inline]
     pub fn value(&self) -> u64 {
-        self.core.value()
+        self.version.load(Acquire)
     }
 
     /// Whether a waiter has announced that it may sleep.
     pub fn has_waiters(&self) -> bool {
-        self.core.has_waiters()
+        self.sleepers.load(Relaxed) & 1 != 0
+    }
+
+    /// Publish `new` as the version and wake any sleepers: the producer's signal.
+    ///
+    /// Crate-internal, for types that hold the producer role by construction (the SPSC
+    /// ring's two sides): only one thread at a time may call it, and after the last call the
+    /// role must be handed over with release/acquire synchronisation (as a thread join or an
+    /// `Arc` does). Breaking that contract loses versions, never memory safety.
+    #[inline]
+    pub(crate) fn publish(&self, new: u64) {
+        self.version.store(new, Release);
+        if self.sleepers_after_store() & 1 != 0 {
+            self.wake_sleepers();
+        }
+    }
+
+    /// The producer's load of `S`, after its store to `V`. On x86-64 an `asm` load: the
+    /// compiler must emit it after the store (the asm may read any memory) and cannot hoist it
+    /// out of a loop of signals, yet — unlike a compiler fence — it lets the compiler keep the
+    /// producer's state in registers (`readonly`: the asm writes no memory). Elsewhere a
+    /// `SeqCst` fence and a load (see the module documentation).
+    #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
+    #[inline(always)]
+    fn sleepers_after_store(&self) -> u32 {
+        let s: u32;
+        // SAFETY: `sleepers` is a live, aligned u32 for the borrow; an aligned 32-bit `mov` is
+        // an atomic load on x86-64, and every other access to the word is atomic.
+        unsafe {
+            std::arch::asm!(
+                "mov {s:e}, dword ptr [{p}]",
+                p = in(reg) self.sleepers.as_ptr(),
+                s = out(reg) s,
+                options(nostack, readonly, preserves_flags),
+            );
+        }
+        s
+    }
+
+    #[cfg(all(not(all(target_arch = "x86_64", not(miri))), not(loom)))]
+    #[inline(always)]
+    fn sleepers_after_store(&self) -> u32 {
+        crate::primitives::fence(SeqCst);
+        self.sleepers.load(Relaxed)
+    }
+
+    /// Under loom: loom does not model how a `SeqCst` fence orders a later load against
+    /// another thread's `SeqCst` operations, so the model reads `S` with a read-modify-write
+    /// that changes nothing. Either it comes after the waiter's announcement in `S`'s
+    /// modification order, and sees the flag, or the announcement reads from it, and then the
+    /// waiter's next load of `V` sees our store. That is the guarantee the fence gives.
+    #[cfg(loom)]
+    fn sleepers_after_store(&self) -> u32 {
+        self.sleepers.fetch_or(0, AcqRel)
+    }
+
+    /// The slow part of a signal: a waiter announced itself.
+    #[cold]
+    #[inline(never)]
+    fn wake_sleepers(&self) {
+        // Only the producer clears, and it saw the flag: adding 1 clears it and counts the
+        // clear (a waiter's `fetch_or` of a standing flag changes nothing).
+        self.sleepers.fetch_add(1, SeqCst);
+        self.parking.wake32(&self.sleepers, u32::MAX);
     }
 
     /// Wait until the version differs from `old` or `deadline` passes (`None`: no deadline).
+    /// Returns the version seen. Returns at once if the version already differs.
     pub fn wait(&self, old: u64, deadline: Option<Deadline>) -> Result<u64, TimedOut> {
-        self.core.wait_for_change(old, deadline, true)
+        match self.wait_until::<Infallible>(old, deadline, |_| None) {
+            Waited::Changed(v) => Ok(v),
+            Waited::TimedOut => Err(TimedOut),
+            Waited::Stopped(never) => match never {},
+        }
     }
 
+    // Under loom the spin constants are 0 (see their definitions).
+    #[cfg_attr(loom, allow(clippy::reversed_empty_ranges))]
     /// Wait like [`wait`](Self::wait), calling `pred` before each sleep (including each timed
     /// sleep of the first second): it may stop the wait or move `state.deadline`.
     pub fn wait_until<T>(
@@ -515,7 +602,67 @@ impl SpEventCount {
         deadline: Option<Deadline>,
         mut pred: impl FnMut(&mut WaitState) -> Option<T>,
     ) -> Waited<T> {
-        self.core.wait(old, deadline, true, &mut pred)
+        for _ in 0..SPIN_BEFORE_FLAG {
+            let v = self.version.load(Acquire);
+            if v != old {
+                return Waited::Changed(v);
+            }
+            spin_loop();
+        }
+
+        let mut state = WaitState {
+            started: Deadline::now(),
+            deadline,
+            iteration: 0,
+        };
+        // Our standing announcement: when it was made and the value of `S` it left (None: not
+        // made, or taken by the producer); and the next nap.
+        let mut announced: Option<(Deadline, u32)> = None;
+        let mut nap = SP_FIRST_TIMEOUT;
+        loop {
+            if let Some(t) = pred(&mut state) {
+                return Waited::Stopped(t);
+            }
+            state.iteration = state.iteration.wrapping_add(1);
+            if state.deadline.is_some_and(Deadline::has_passed) {
+                return Waited::TimedOut;
+            }
+
+            let (since, s) = *announced.get_or_insert_with(|| {
+                nap = SP_FIRST_TIMEOUT;
+                let s = self.sleepers.fetch_or(1, SeqCst) | 1;
+                (Deadline::now(), s)
+            });
+            let v = self.version.load(SeqCst);
+            if v != old {
+                return Waited::Changed(v);
+            }
+            for _ in 0..SPIN_AFTER_FLAG {
+                if self.version.load(Acquire) != old || self.sleepers.load(Relaxed) != s {
+                    break;
+                }
+                spin_loop();
+            }
+
+            let mut sleep_until = state.deadline;
+            let now = Deadline::now();
+            if now < since.saturating_add(SP_FLAG_SETTLE) {
+                let wake = now.saturating_add(nap);
+                nap = nap.saturating_mul(2);
+                sleep_until = Some(sleep_until.map_or(wake, |d| d.min(wake)));
+            }
+            self.parking.wait32(&self.sleepers, s, sleep_until);
+
+            let v = self.version.load(Acquire);
+            if v != old {
+                return Waited::Changed(v);
+            }
+            if self.sleepers.load(Relaxed) != s {
+                // The producer took the announcement (for an older waiter's version, or its
+                // store is about to be seen): announce again, and the second restarts.
+                announced = None;
+            }
+        }
     }
 }
 
@@ -560,27 +707,27 @@ impl std::fmt::Debug for SpEventCount {
 /// ```
 pub struct SpProducer<'a> {
     ec: &'a SpEventCount,
+    /// The version, which only this handle writes.
+    local: u64,
     /// `Cell<()>` is `Send` but not `Sync`.
     _not_sync: PhantomData<Cell<()>>,
 }
 
 impl SpProducer<'_> {
-    /// Advance the version by one and wake any sleepers.
+    /// Advance the version by one and wake any sleepers; returns the previous version.
     #[inline]
-    pub fn increment(&mut self) {
+    pub fn increment(&mut self) -> u64 {
         self.add(1)
     }
 
-    /// Advance the version by `delta` (modulo 2^63) and wake any sleepers. With no sleeper:
-    /// one plain `add` to memory and a predictable branch. (Unlike [`EventCount::add`] it does
-    /// not return the previous version: that would cost the fast path a register it cannot
-    /// keep across the asm barrier; read [`SpEventCount::value`] if you need it.)
+    /// Advance the version by `delta` (modulo 2^64) and wake any sleepers; returns the
+    /// previous version. With no sleeper: one plain store, one load and a predictable branch.
     #[inline]
-    pub fn add(&mut self, delta: u64) {
-        let core = &self.ec.core;
-        if producer_add(&core.word, delta << 1) {
-            core.wake_sleepers();
-        }
+    pub fn add(&mut self, delta: u64) -> u64 {
+        let old = self.local;
+        self.local = old.wrapping_add(delta);
+        self.ec.publish(self.local);
+        old
     }
 
     /// The event count this producer signals.
@@ -590,44 +737,11 @@ impl SpProducer<'_> {
 }
 
 impl Drop for SpProducer<'_> {
+    #[inline]
     fn drop(&mut self) {
         // Release: the next producer's Acquire hand-out sees every version we wrote.
         self.ec.producer_taken.store(false, Release);
     }
-}
-
-/// The producer's signal: `add` without `lock`, then a test of the flag bit (x86-64).
-/// `delta2` is even, so the add never touches the flag. Returns whether the flag was set.
-#[cfg(all(target_arch = "x86_64", not(loom)))]
-#[inline(always)]
-fn producer_add(word: &AtomicU64, delta2: u64) -> bool {
-    let flag: u32;
-    // SAFETY: `word` is a valid, aligned u64 for the borrow. The asm has no `nomem`, so it is
-    // also a compiler barrier: the producer's earlier data writes are emitted before it, and
-    // x86-TSO keeps stores in program order, which makes the new version a release. The add is
-    // one instruction, so no interrupt can fall between its load and its store. Racing waiters
-    // only ever touch the word with `lock`ed instructions; the one effect of the race (a flag
-    // overwritten) is handled by the waiters, see the module documentation. Zeroing `f` first
-    // keeps the byte `setnz` from depending on the register's previous value.
-    unsafe {
-        std::arch::asm!(
-            "xor {f:e}, {f:e}",
-            "add qword ptr [{p}], {d}",
-            "test byte ptr [{p}], 1",
-            "setnz {f:l}",
-            p = in(reg) word.as_ptr(),
-            d = in(reg) delta2,
-            f = out(reg) flag,
-            options(nostack),
-        );
-    }
-    flag != 0
-}
-
-#[cfg(not(all(target_arch = "x86_64", not(loom))))]
-#[inline(always)]
-fn producer_add(word: &AtomicU64, delta2: u64) -> bool {
-    word.fetch_add(delta2, Release) & FLAG != 0
 }
 
 #[cfg(all(test, not(loom)))]
@@ -651,26 +765,41 @@ mod tests {
         let sp = SpEventCount::new();
         let mut p = sp.producer().unwrap();
         p.increment();
-        p.add(41);
+        assert_eq!(p.add(41), 1);
         assert_eq!(sp.value(), 42);
-        p.add(VERSION_MASK - 42);
-        assert_eq!(sp.value(), VERSION_MASK);
-        p.increment();
-        assert_eq!(sp.value(), 0, "the version wraps at 2^63");
+        p.add(u64::MAX - 42);
+        assert_eq!(sp.value(), u64::MAX);
+        assert_eq!(p.increment(), u64::MAX);
+        assert_eq!(sp.value(), 0, "the version wraps at 2^64");
         assert!(!sp.has_waiters());
+        drop(p);
+        let mut p = sp.producer().unwrap();
+        assert_eq!(
+            p.increment(),
+            0,
+            "the next producer starts from the last version"
+        );
     }
 
     #[test]
-    fn producer_add_sees_the_flag_before_and_after_it() {
-        let w = AtomicU64::new(10);
-        assert!(!producer_add(&w, 2));
-        assert_eq!(w.load(Relaxed), 12);
-        w.store(13, Relaxed);
-        assert!(producer_add(&w, 2), "a standing flag survives an even add");
-        assert_eq!(w.load(Relaxed), 15);
-        w.store(u64::MAX, Relaxed);
-        assert!(producer_add(&w, 2), "and a wrapping one");
-        assert_eq!(w.load(Relaxed), 1);
+    fn producer_signal_takes_the_announcement_and_counts_the_clear() {
+        let sp = SpEventCount::new();
+        let mut p = sp.producer().unwrap();
+        assert_eq!(p.increment(), 0);
+        assert_eq!(sp.sleepers.load(Relaxed), 0, "no waiter, nothing cleared");
+        // What a waiter's announcement leaves: the flag on clear count 0.
+        sp.sleepers.fetch_or(1, SeqCst);
+        assert!(sp.has_waiters());
+        assert_eq!(p.add(2), 1);
+        assert_eq!(
+            sp.sleepers.load(Relaxed),
+            2,
+            "flag cleared, one clear counted"
+        );
+        assert!(!sp.has_waiters());
+        p.increment();
+        assert_eq!(sp.sleepers.load(Relaxed), 2, "no flag, no clear");
+        assert_eq!(sp.value(), 4);
     }
 
     #[test]

@@ -6,9 +6,17 @@
 //! thread cannot make progress until another one runs.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{
+    fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
+#[cfg(loom)]
+pub(crate) use loom::sync::Arc;
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{
+    fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
+#[cfg(not(loom))]
+pub(crate) use std::sync::Arc;
 
 /// One iteration of a spin-wait loop: `pause` on x86.
 #[inline(always)]
@@ -26,4 +34,16 @@ pub(crate) fn yield_now() {
     loom::thread::yield_now();
     #[cfg(not(loom))]
     rustix::thread::sched_yield();
+}
+
+/// Keeps a value on its own cache lines (128 bytes: x86's adjacent-line prefetcher pairs lines).
+#[repr(align(128))]
+#[derive(Debug, Default)]
+pub(crate) struct CachePadded<T>(pub(crate) T);
+
+impl<T> std::ops::Deref for CachePadded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }

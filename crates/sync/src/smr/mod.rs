@@ -115,17 +115,7 @@ impl Default for Barrier {
 /// missing source, or a stuck one — and keeps garbage bounded in time there too.
 pub const PREPAID_PATIENCE: std::time::Duration = std::time::Duration::from_millis(10);
 
-/// Keeps a value on its own cache lines (128 bytes: x86's adjacent-line prefetcher pairs lines).
-#[repr(align(128))]
-#[derive(Debug, Default)]
-pub(crate) struct CachePadded<T>(pub(crate) T);
-
-impl<T> std::ops::Deref for CachePadded<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
+pub(crate) use crate::primitives::CachePadded;
 
 /// A type-erased deferred action: `call(data)` runs it once. Used by both schemes so that
 /// destroying a `Box<T>` needs no allocation of its own.
