@@ -68,15 +68,18 @@
 
 #![warn(missing_docs)]
 
+mod channel;
 pub mod eventcount;
 pub mod fence;
 pub mod futex;
 pub mod lock;
+pub mod mpmc;
 #[cfg(not(loom))]
 pub mod prepaid;
 #[allow(unused_imports, dead_code)]
 mod primitives;
 pub mod smr;
+pub mod spsc;
 pub mod time;
 
 pub use eventcount::{EventCount, SpEventCount};

@@ -1,0 +1,709 @@
+//! A bounded many-producer many-consumer channel that blocks through [`EventCount`]s, and
+//! costs one atomic read-modify-write per operation when nobody waits.
+//!
+//! ```
+//! use spindle_sync::mpmc;
+//!
+//! let (tx, rx) = mpmc::channel::<u32>(64);
+//! let workers: Vec<_> = (0..3)
+//!     .map(|_| {
+//!         let rx = rx.clone();
+//!         std::thread::spawn(move || rx.iter().map(u64::from).sum::<u64>())
+//!     })
+//!     .collect();
+//! drop(rx);
+//! for i in 0..1000 {
+//!     tx.send(i).unwrap(); // blocks while the channel is full
+//! }
+//! drop(tx); // receivers drain what is left, then their `recv` errs
+//! let total: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+//! assert_eq!(total, 999 * 1000 / 2);
+//! ```
+//!
+//! # Protocol
+//!
+//! The slot protocol is Dmitry Vyukov's bounded MPMC queue (2010). Each slot carries a
+//! *stamp*; indices count `lap + position`, with `lap` a multiple of `one_lap`, the power of
+//! two above the capacity, so that the next index needs no division. A sender at index `i`
+//! may fill slot `i`'s position once its stamp is `i` (the receiver of the previous lap has
+//! emptied it), claims it by a CAS of the `tail` word from `i` to `next(i)`, writes the value
+//! and stores the stamp `i + 1`. A receiver at index `i` may take the slot once its stamp is
+//! `i + 1`, claims it by a CAS of `head`, moves the value out and stores the stamp
+//! `i + one_lap`, which is the next lap's sender's `i`.
+//!
+//! The two index words carry flags in their low bits:
+//!
+//! - `tail = index·4 | DISCONNECTED | RECEIVERS_WAIT`
+//! - `head = index·4 | SENDERS_WAIT`
+//!
+//! ```text
+//! try_send(x):                                       (try_recv is the mirror image)
+//!   t = load(tail)
+//!   loop:
+//!     DISCONNECTED in t → Disconnected
+//!     s = stamp[t]
+//!     s == t:       CAS(tail, t → next(t), keeping DISCONNECTED, clearing RECEIVERS_WAIT)
+//!                   on success: write; store(stamp[t], t + 1)
+//!                               if RECEIVERS_WAIT was in t: not_empty.increment()
+//!     s == t + 1 − one_lap:   the slot holds last lap's item: Full if head == t − one_lap,
+//!                             else its receiver is still moving it out (spin a little)
+//!     otherwise:    another sender took t: reload tail
+//! ```
+//!
+//! **One read-modify-write.** The CAS that claims the index is the only one. Waking is paid
+//! only by an operation whose CAS found the other side's waiting flag — the CAS reads the flag
+//! in the same instant as it claims the index, so telling costs nothing more.
+//!
+//! **Blocking, and why no wake-up is lost.** A receiver that finds the channel empty reads
+//! `e = not_empty.value()`, sets `RECEIVERS_WAIT` in `tail` (`fetch_or`), then tries again:
+//! - A sender whose CAS comes after the `fetch_or` in `tail`'s modification order sees the
+//!   flag, or finds it cleared by an earlier sender that saw it; either way that sender
+//!   increments `not_empty` after its stamp store. The increment is ordered after `e` (the
+//!   receiver's `fetch_or` happens-before the sender's CAS reading it), so `wait(e)` returns.
+//! - A sender whose CAS came before the `fetch_or` is visible to the second try (the
+//!   `fetch_or` read its `tail` value): either its stamp store is visible too and the
+//!   receiver takes the item (or another receiver did, which is fine), or it is still *in
+//!   flight* between its CAS and its stamp store. A receiver that sees an in-flight sender does
+//!   not sleep on `not_empty` without a deadline: it yields, then waits with short growing
+//!   timeouts (100 µs, doubling to 10 ms), so a sender preempted in that window of a few
+//!   instructions delays it, never strands it.
+//! - If the second try sees `head == tail`, every claimed slot has been taken, and every later
+//!   send is of the first kind: the receiver may sleep on `not_empty` until its deadline.
+//!
+//! Senders that find the channel full do the same on `head`, `SENDERS_WAIT` and `not_full`.
+//! Several waiters share one flag; the operation that clears it wakes them all (an
+//! [`EventCount`] signal wakes every sleeper), and each one that finds nothing to do sets the
+//! flag again before it sleeps. A waiter that times out leaves its flag: one spurious signal.
+//!
+//! **Disconnection** (as crossbeam-channel): when the last `Sender` or the last `Receiver`
+//! goes, `DISCONNECTED` is set in `tail` and both event counts are signalled. Senders then fail
+//! at once; receivers take what is left and then fail. The items still in the channel when the
+//! last handle goes are dropped, each once.
+//!
+//! **Orderings.** The claims are `SeqCst` CAS (any `lock`ed instruction on x86); the stamp
+//! stores are `Release` and the stamp loads `Acquire`, which hands each value from its sender
+//! to its receiver and each emptied slot back. The flag and disconnection arguments above use
+//! only the modification orders of `tail` and `head` and release/acquire through them.
+//!
+//! **Linearisation points.** A send or receive: its successful CAS. `Full` / `Empty`: the load
+//! of the other index that showed `head + one_lap == tail` / `head == tail`.
+//!
+//! **Why not fewer RMWs, or a ticket (fetch-add) design.** A fetch-add claims an index even
+//! when the channel is full, so a `try_send` could not fail without a second RMW to undo it;
+//! the CAS fails instead, so `try_*` are honest and blocking stays a property of the waiter.
+
+use std::cell::UnsafeCell;
+use std::mem::MaybeUninit;
+use std::time::Duration;
+
+pub use crate::channel::{
+    PopError as RecvError, PopTimeoutError as RecvTimeoutError, PushError as SendError,
+    PushTimeoutError as SendTimeoutError, TryPopError as TryRecvError,
+    TryPushError as TrySendError,
+};
+use crate::eventcount::EventCount;
+use crate::primitives::{
+    spin_loop, yield_now, Arc, AtomicU64, AtomicUsize, CachePadded, Ordering::*,
+};
+use crate::time::Deadline;
+
+const RECEIVERS_WAIT: u64 = 1;
+const SENDERS_WAIT: u64 = 1;
+const DISCONNECTED: u64 = 2;
+const SHIFT: u32 = 2;
+/// Indices are counted modulo 2^62 (they live in bits 2..64 of a word and in the stamps).
+const INDEX_MASK: u64 = u64::MAX >> SHIFT;
+/// How many times a `try_*` re-reads a slot whose other side is in flight before it answers
+/// Full / Empty.
+#[cfg(not(loom))]
+const IN_FLIGHT_SPINS: u32 = 64;
+#[cfg(loom)]
+const IN_FLIGHT_SPINS: u32 = 1;
+/// Timed waits of an operation that waits for an in-flight one.
+const IN_FLIGHT_FIRST_NAP: Duration = Duration::from_micros(100);
+const IN_FLIGHT_MAX_NAP: Duration = Duration::from_millis(10);
+
+/// A new channel with `capacity` slots: its first sender and first receiver.
+///
+/// # Panics
+/// If `capacity` is 0 or above 2^60.
+pub fn channel<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
+    assert!(capacity > 0, "a channel needs at least one slot");
+    assert!(
+        (capacity as u64) <= 1 << 60,
+        "capacity {capacity} is too large"
+    );
+    let one_lap = (capacity as u64 + 1).next_power_of_two();
+    let slots = (0..capacity as u64)
+        .map(|i| Slot {
+            stamp: AtomicU64::new(i),
+            value: UnsafeCell::new(MaybeUninit::uninit()),
+        })
+        .collect();
+    let chan = Arc::new(Chan {
+        tail: CachePadded(AtomicU64::new(0)),
+        head: CachePadded(AtomicU64::new(0)),
+        not_empty: CachePadded(EventCount::new()),
+        not_full: CachePadded(EventCount::new()),
+        slots,
+        one_lap,
+        senders: AtomicUsize::new(1),
+        receivers: AtomicUsize::new(1),
+    });
+    (Sender { chan: chan.clone() }, Receiver { chan })
+}
+
+struct Slot<T> {
+    stamp: AtomicU64,
+    value: UnsafeCell<MaybeUninit<T>>,
+}
+
+struct Chan<T> {
+    tail: CachePadded<AtomicU64>,
+    head: CachePadded<AtomicU64>,
+    not_empty: CachePadded<EventCount>,
+    not_full: CachePadded<EventCount>,
+    slots: Box<[Slot<T>]>,
+    one_lap: u64,
+    senders: AtomicUsize,
+    receivers: AtomicUsize,
+}
+
+// SAFETY: values move between threads (T: Send); each slot's value is accessed only by the
+// thread whose CAS claimed its index, handed over by the Release/Acquire stamps.
+unsafe impl<T: Send> Send for Chan<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for Chan<T> {}
+
+/// Why a non-blocking attempt found nothing to do.
+enum Blocked<T> {
+    /// Full / empty: the other index shows it.
+    Settled(T),
+    /// A slot's other side claimed it and has not finished.
+    InFlight(T),
+    Disconnected(T),
+}
+
+impl<T> Chan<T> {
+    fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The index after `idx`.
+    #[inline]
+    fn next(&self, idx: u64) -> u64 {
+        let pos = idx & (self.one_lap - 1);
+        if pos + 1 < self.slots.len() as u64 {
+            idx + 1
+        } else {
+            (idx & !(self.one_lap - 1)).wrapping_add(self.one_lap) & INDEX_MASK
+        }
+    }
+
+    #[inline]
+    fn slot(&self, idx: u64) -> &Slot<T> {
+        let pos = (idx & (self.one_lap - 1)) as usize;
+        // SAFETY: position < capacity for every index this channel produces.
+        unsafe { self.slots.get_unchecked(pos) }
+    }
+
+    fn try_send(&self, value: T) -> Result<(), Blocked<T>> {
+        let mut spins = 0;
+        let mut tail = self.tail.load(Relaxed);
+        loop {
+            if tail & DISCONNECTED != 0 {
+                return Err(Blocked::Disconnected(value));
+            }
+            let idx = tail >> SHIFT;
+            let slot = self.slot(idx);
+            let stamp = slot.stamp.load(Acquire);
+            if stamp == idx {
+                let new = (self.next(idx) << SHIFT) | (tail & DISCONNECTED);
+                match self.tail.compare_exchange_weak(tail, new, SeqCst, Relaxed) {
+                    Ok(_) => {
+                        // SAFETY: our CAS claimed index `idx`, whose slot is empty (stamp
+                        // `idx`, loaded with Acquire after its last receiver's Release).
+                        unsafe { (*slot.value.get()).write(value) };
+                        slot.stamp.store((idx + 1) & INDEX_MASK, Release);
+                        if tail & RECEIVERS_WAIT != 0 {
+                            self.not_empty.increment();
+                        }
+                        return Ok(());
+                    }
+                    Err(t) => {
+                        tail = t;
+                        spin_loop();
+                    }
+                }
+            } else if stamp.wrapping_add(self.one_lap) & INDEX_MASK == (idx + 1) & INDEX_MASK {
+                // Last lap's item is still here.
+                let head = self.head.load(SeqCst) >> SHIFT;
+                if head.wrapping_add(self.one_lap) & INDEX_MASK == idx {
+                    return Err(Blocked::Settled(value));
+                }
+                spins += 1;
+                if spins > IN_FLIGHT_SPINS {
+                    return Err(Blocked::InFlight(value));
+                }
+                spin_loop();
+                tail = self.tail.load(Relaxed);
+            } else {
+                // Another sender claimed `idx` since we loaded `tail`.
+                spin_loop();
+                tail = self.tail.load(Relaxed);
+            }
+        }
+    }
+
+    fn try_recv(&self) -> Result<T, Blocked<()>> {
+        let mut spins = 0;
+        let mut head = self.head.load(Relaxed);
+        loop {
+            let idx = head >> SHIFT;
+            let slot = self.slot(idx);
+            let stamp = slot.stamp.load(Acquire);
+            if stamp == (idx + 1) & INDEX_MASK {
+                let new = self.next(idx) << SHIFT;
+                match self.head.compare_exchange_weak(head, new, SeqCst, Relaxed) {
+                    Ok(_) => {
+                        // SAFETY: our CAS claimed index `idx`, whose slot holds its sender's
+                        // value (stamp `idx + 1`, loaded with Acquire after its Release).
+                        let value = unsafe { (*slot.value.get()).assume_init_read() };
+                        slot.stamp
+                            .store(idx.wrapping_add(self.one_lap) & INDEX_MASK, Release);
+                        if head & SENDERS_WAIT != 0 {
+                            self.not_full.increment();
+                        }
+                        return Ok(value);
+                    }
+                    Err(h) => {
+                        head = h;
+                        spin_loop();
+                    }
+                }
+            } else if stamp == idx {
+                // Nothing written at this index yet.
+                let tail = self.tail.load(SeqCst);
+                if tail >> SHIFT == idx {
+                    return Err(if tail & DISCONNECTED != 0 {
+                        Blocked::Disconnected(())
+                    } else {
+                        Blocked::Settled(())
+                    });
+                }
+                spins += 1;
+                if spins > IN_FLIGHT_SPINS {
+                    return Err(Blocked::InFlight(()));
+                }
+                spin_loop();
+                head = self.head.load(Relaxed);
+            } else {
+                // Another receiver claimed `idx` since we loaded `head`.
+                spin_loop();
+                head = self.head.load(Relaxed);
+            }
+        }
+    }
+
+    fn send_deadline(
+        &self,
+        mut value: T,
+        deadline: Option<Deadline>,
+    ) -> Result<(), SendTimeoutError<T>> {
+        let mut nap = IN_FLIGHT_FIRST_NAP;
+        loop {
+            match self.try_send(value) {
+                Ok(()) => return Ok(()),
+                Err(Blocked::Disconnected(v)) => return Err(SendTimeoutError::Disconnected(v)),
+                Err(Blocked::Settled(v) | Blocked::InFlight(v)) => value = v,
+            }
+            let e = self.not_full.value();
+            self.head.fetch_or(SENDERS_WAIT, SeqCst);
+            let in_flight = match self.try_send(value) {
+                Ok(()) => return Ok(()),
+                Err(Blocked::Disconnected(v)) => return Err(SendTimeoutError::Disconnected(v)),
+                Err(Blocked::Settled(v)) => {
+                    value = v;
+                    false
+                }
+                Err(Blocked::InFlight(v)) => {
+                    value = v;
+                    true
+                }
+            };
+            if wait(&self.not_full, e, deadline, in_flight, &mut nap).is_err() {
+                return Err(SendTimeoutError::Timeout(value));
+            }
+        }
+    }
+
+    fn recv_deadline(&self, deadline: Option<Deadline>) -> Result<T, RecvTimeoutError> {
+        let mut nap = IN_FLIGHT_FIRST_NAP;
+        loop {
+            match self.try_recv() {
+                Ok(v) => return Ok(v),
+                Err(Blocked::Disconnected(())) => return Err(RecvTimeoutError::Disconnected),
+                Err(_) => {}
+            }
+            let e = self.not_empty.value();
+            self.tail.fetch_or(RECEIVERS_WAIT, SeqCst);
+            let in_flight = match self.try_recv() {
+                Ok(v) => return Ok(v),
+                Err(Blocked::Disconnected(())) => return Err(RecvTimeoutError::Disconnected),
+                Err(Blocked::Settled(())) => false,
+                Err(Blocked::InFlight(())) => true,
+            };
+            if wait(&self.not_empty, e, deadline, in_flight, &mut nap).is_err() {
+                return Err(RecvTimeoutError::Timeout);
+            }
+        }
+    }
+
+    fn disconnect(&self) {
+        self.tail.fetch_or(DISCONNECTED, SeqCst);
+        self.not_empty.increment();
+        self.not_full.increment();
+    }
+
+    fn len(&self) -> usize {
+        loop {
+            let tail = self.tail.load(SeqCst) >> SHIFT;
+            let head = self.head.load(SeqCst) >> SHIFT;
+            if self.tail.load(SeqCst) >> SHIFT != tail {
+                continue;
+            }
+            let lap_pos = |i: u64| (i & !(self.one_lap - 1), i & (self.one_lap - 1));
+            let ((tl, tp), (hl, hp)) = (lap_pos(tail), lap_pos(head));
+            return if tl == hl {
+                (tp - hp) as usize
+            } else {
+                // The tail is one lap ahead.
+                (self.slots.len() as u64 - hp + tp) as usize
+            };
+        }
+    }
+}
+
+/// Wait on `ec` past version `e`: until the deadline if the other side is settled, in short
+/// naps if an operation of the other side is in flight (see the module documentation).
+fn wait(
+    ec: &EventCount,
+    e: u64,
+    deadline: Option<Deadline>,
+    in_flight: bool,
+    nap: &mut Duration,
+) -> Result<(), ()> {
+    if !in_flight {
+        return ec.wait(e, deadline).map(drop).map_err(drop);
+    }
+    // Give the CPU to the thread we wait for, in case it shares ours; then nap.
+    yield_now();
+    let wake = Deadline::after(*nap);
+    *nap = (*nap * 2).min(IN_FLIGHT_MAX_NAP);
+    let until = deadline.map_or(wake, |d| d.min(wake));
+    match ec.wait(e, Some(until)) {
+        Ok(_) => Ok(()),
+        Err(_) if deadline.is_some_and(|d| d.has_passed()) => Err(()),
+        Err(_) => Ok(()),
+    }
+}
+
+impl<T> Drop for Chan<T> {
+    fn drop(&mut self) {
+        // Every handle is gone, so nothing is in flight: drop the values in [head, tail).
+        let tail = self.tail.load(Relaxed) >> SHIFT;
+        let mut idx = self.head.load(Relaxed) >> SHIFT;
+        while idx != tail {
+            let slot = self.slot(idx);
+            // SAFETY: indices in [head, tail) hold values nobody else can reach.
+            unsafe { (*slot.value.get()).assume_init_drop() };
+            idx = self.next(idx);
+        }
+    }
+}
+
+/// The sending side of an [`mpmc` channel](channel): `Clone`, `Send` and `Sync`.
+pub struct Sender<T> {
+    chan: Arc<Chan<T>>,
+}
+
+/// The receiving side of an [`mpmc` channel](channel): `Clone`, `Send` and `Sync`.
+pub struct Receiver<T> {
+    chan: Arc<Chan<T>>,
+}
+
+impl<T> Sender<T> {
+    /// Send without blocking. `Full` also when the slot's previous value is still being moved
+    /// out by a receiver that claimed it.
+    pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
+        self.chan.try_send(value).map_err(|e| match e {
+            Blocked::Settled(v) | Blocked::InFlight(v) => TrySendError::Full(v),
+            Blocked::Disconnected(v) => TrySendError::Disconnected(v),
+        })
+    }
+
+    /// Send, blocking while the channel is full. Fails only when every receiver is gone.
+    pub fn send(&self, value: T) -> Result<(), SendError<T>> {
+        self.chan
+            .send_deadline(value, None)
+            .map_err(|e| SendError(e.into_inner()))
+    }
+
+    /// Send, blocking while the channel is full for at most `timeout`.
+    pub fn send_timeout(&self, value: T, timeout: Duration) -> Result<(), SendTimeoutError<T>> {
+        self.chan
+            .send_deadline(value, Some(Deadline::after(timeout)))
+    }
+
+    /// Send, blocking while the channel is full until `deadline` (`None`: no deadline).
+    pub fn send_deadline(
+        &self,
+        value: T,
+        deadline: Option<Deadline>,
+    ) -> Result<(), SendTimeoutError<T>> {
+        self.chan.send_deadline(value, deadline)
+    }
+
+    /// The number of slots.
+    pub fn capacity(&self) -> usize {
+        self.chan.capacity()
+    }
+
+    /// Values in the channel now.
+    pub fn len(&self) -> usize {
+        self.chan.len()
+    }
+
+    /// Whether the channel is empty now.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the channel is full now.
+    pub fn is_full(&self) -> bool {
+        self.len() == self.capacity()
+    }
+
+    /// Whether the other side (every receiver) is gone.
+    pub fn is_disconnected(&self) -> bool {
+        self.chan.tail.load(SeqCst) & DISCONNECTED != 0
+    }
+}
+
+impl<T> Receiver<T> {
+    /// Receive without blocking. `Empty` also when the next value's sender has claimed its slot
+    /// and not finished writing.
+    pub fn try_recv(&self) -> Result<T, TryRecvError> {
+        self.chan.try_recv().map_err(|e| match e {
+            Blocked::Settled(()) | Blocked::InFlight(()) => TryRecvError::Empty,
+            Blocked::Disconnected(()) => TryRecvError::Disconnected,
+        })
+    }
+
+    /// Receive, blocking while the channel is empty. Fails only when every sender is gone and
+    /// the channel is empty.
+    pub fn recv(&self) -> Result<T, RecvError> {
+        self.chan.recv_deadline(None).map_err(|_| RecvError)
+    }
+
+    /// Receive, blocking while the channel is empty for at most `timeout`.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
+        self.chan.recv_deadline(Some(Deadline::after(timeout)))
+    }
+
+    /// Receive, blocking while the channel is empty until `deadline` (`None`: no deadline).
+    pub fn recv_deadline(&self, deadline: Option<Deadline>) -> Result<T, RecvTimeoutError> {
+        self.chan.recv_deadline(deadline)
+    }
+
+    /// A blocking iterator that ends when every sender is gone and the channel is empty.
+    pub fn iter(&self) -> impl Iterator<Item = T> + '_ {
+        std::iter::from_fn(move || self.recv().ok())
+    }
+
+    /// The number of slots.
+    pub fn capacity(&self) -> usize {
+        self.chan.capacity()
+    }
+
+    /// Values in the channel now.
+    pub fn len(&self) -> usize {
+        self.chan.len()
+    }
+
+    /// Whether the channel is empty now.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the channel is full now.
+    pub fn is_full(&self) -> bool {
+        self.len() == self.capacity()
+    }
+
+    /// Whether the other side (every sender) is gone.
+    pub fn is_disconnected(&self) -> bool {
+        self.chan.tail.load(SeqCst) & DISCONNECTED != 0
+    }
+}
+
+impl<T> Clone for Sender<T> {
+    fn clone(&self) -> Self {
+        self.chan.senders.fetch_add(1, Relaxed);
+        Sender {
+            chan: self.chan.clone(),
+        }
+    }
+}
+
+impl<T> Clone for Receiver<T> {
+    fn clone(&self) -> Self {
+        self.chan.receivers.fetch_add(1, Relaxed);
+        Receiver {
+            chan: self.chan.clone(),
+        }
+    }
+}
+
+impl<T> Drop for Sender<T> {
+    fn drop(&mut self) {
+        if self.chan.senders.fetch_sub(1, AcqRel) == 1 {
+            self.chan.disconnect();
+        }
+    }
+}
+
+impl<T> Drop for Receiver<T> {
+    fn drop(&mut self) {
+        if self.chan.receivers.fetch_sub(1, AcqRel) == 1 {
+            self.chan.disconnect();
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Sender<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sender")
+            .field("capacity", &self.capacity())
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl<T> std::fmt::Debug for Receiver<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receiver")
+            .field("capacity", &self.capacity())
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize as StdAtomicUsize;
+
+    #[test]
+    fn mpmc_fifo_full_empty_and_len() {
+        for cap in [1, 2, 3, 7, 8] {
+            let (tx, rx) = channel::<usize>(cap);
+            assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
+            for round in 0..3 {
+                for i in 0..cap {
+                    tx.try_send(round * 100 + i).unwrap();
+                    assert_eq!(tx.len(), i + 1);
+                }
+                assert!(tx.is_full());
+                assert_eq!(tx.try_send(99), Err(TrySendError::Full(99)));
+                for i in 0..cap {
+                    assert_eq!(rx.try_recv(), Ok(round * 100 + i));
+                }
+                assert!(rx.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn mpmc_disconnection_like_crossbeam() {
+        let (tx, rx) = channel::<String>(4);
+        let tx2 = tx.clone();
+        tx.send("a".into()).unwrap();
+        drop(tx);
+        assert!(!rx.is_disconnected(), "one sender is left");
+        tx2.send("b".into()).unwrap();
+        drop(tx2);
+        assert!(rx.is_disconnected());
+        assert_eq!(rx.recv().as_deref(), Ok("a"));
+        assert_eq!(rx.try_recv().as_deref(), Ok("b"));
+        assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+        assert_eq!(rx.recv(), Err(RecvError));
+
+        let (tx, rx) = channel::<u8>(4);
+        drop(rx.clone());
+        tx.send(1).unwrap();
+        drop(rx);
+        assert_eq!(tx.try_send(2), Err(TrySendError::Disconnected(2)));
+        assert_eq!(tx.send(3), Err(SendError(3)));
+    }
+
+    #[test]
+    fn mpmc_values_are_dropped_exactly_once() {
+        static LIVE: StdAtomicUsize = StdAtomicUsize::new(0);
+        struct Counted;
+        impl Counted {
+            fn new() -> Counted {
+                LIVE.fetch_add(1, SeqCst);
+                Counted
+            }
+        }
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                LIVE.fetch_sub(1, SeqCst);
+            }
+        }
+        {
+            let (tx, rx) = channel::<Counted>(3);
+            for _ in 0..3 {
+                tx.send(Counted::new()).unwrap();
+            }
+            drop(rx.recv().unwrap());
+            tx.send(Counted::new()).unwrap(); // wraps to the next lap
+            assert_eq!(LIVE.load(SeqCst), 3);
+            let rejected = tx.try_send(Counted::new()).unwrap_err().into_inner();
+            drop(rejected);
+            assert_eq!(LIVE.load(SeqCst), 3);
+        }
+        assert_eq!(LIVE.load(SeqCst), 0, "the channel dropped what was left");
+    }
+
+    #[test]
+    fn mpmc_timeouts_fire() {
+        let (tx, rx) = channel::<u8>(1);
+        assert_eq!(
+            rx.recv_timeout(Duration::from_millis(2)),
+            Err(RecvTimeoutError::Timeout)
+        );
+        tx.send(1).unwrap();
+        assert_eq!(
+            tx.send_timeout(2, Duration::from_millis(2)),
+            Err(SendTimeoutError::Timeout(2))
+        );
+    }
+
+    #[test]
+    fn mpmc_blocked_sides_wake_on_disconnect() {
+        let (tx, rx) = channel::<u8>(1);
+        let waiting = std::thread::spawn(move || rx.recv());
+        std::thread::sleep(Duration::from_millis(5));
+        drop(tx);
+        assert_eq!(waiting.join().unwrap(), Err(RecvError));
+
+        let (tx, rx) = channel::<u8>(1);
+        tx.send(0).unwrap();
+        let waiting = std::thread::spawn(move || tx.send(1));
+        std::thread::sleep(Duration::from_millis(5));
+        drop(rx);
+        assert_eq!(waiting.join().unwrap(), Err(SendError(1)));
+    }
+}
