@@ -79,7 +79,7 @@
 //! # Single-producer protocol ([`SpEventCount`])
 //!
 //! With one producer the version needs no atomic read-modify-write, and the sleepers flag
-//! need not share its word. [`SpEventCount`] keeps two words on one cache line: the version
+//! need not share its word. [`SpEventCount`] keeps two words on two cache lines: the version
 //! `V` (a `u64` only the producer writes, with plain stores of a value it keeps in a register)
 //! and the sleepers word `S` (a `u32`): bit 0 is the flag, set by waiters; bits 1..32 count
 //! the producer's clears, so a waiter can tell that its announcement was taken even if another
@@ -99,13 +99,13 @@
 //!     return Changed if V != v
 //!     spin a little while V == v and S == s
 //!     during the first second after the announcement: futex_wait(S, s, min(deadline, nap))
-//!         with naps of 1, 2, 4, … ms; afterwards futex_wait(S, s, deadline)
+//!         with naps of 4, 8, 16, … ms; afterwards futex_wait(S, s, deadline)
 //!     return Changed if V != v; TimedOut if the deadline passed
 //!     if S != s: the producer took our announcement; announce again, the second restarts
 //! ```
 //!
-//! **The fast path** is a store, a load of a word on the line the store just wrote, and a
-//! branch: no `lock`ed instruction and no fence, and no dependency through memory from one
+//! **The fast path** is a store, a load of a word that nobody writes while nobody waits (on a
+//! cache line of its own, away from the version that readers poll), and a branch: no `lock`ed instruction and no fence, and no dependency through memory from one
 //! signal to the next (the version comes from a register), so its cost does not hinge on
 //! whether the core renames memory — which made the earlier design (a non-`lock`ed
 //! `add [V], 2` with the flag in bit 0, then a test of that bit) cost 1.0 × a plain increment
@@ -164,7 +164,7 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use crate::futex::Parking;
-use crate::primitives::{spin_loop, AtomicBool, AtomicU32, AtomicU64, Ordering::*};
+use crate::primitives::{spin_loop, AtomicBool, AtomicU32, AtomicU64, CachePadded, Ordering::*};
 use crate::time::Deadline;
 
 /// Pause-loop iterations before a waiter flips the sleepers flag. What that takes depends on
@@ -189,7 +189,7 @@ const SP_FLAG_SETTLE: Duration = Duration::from_secs(1);
 #[cfg(loom)]
 const SP_FLAG_SETTLE: Duration = Duration::ZERO;
 /// The first timed sleep of a single-producer waiter; each next one doubles.
-const SP_FIRST_TIMEOUT: Duration = Duration::from_millis(1);
+const SP_FIRST_TIMEOUT: Duration = Duration::from_millis(4);
 
 const FLAG: u64 = 1;
 const VERSION_MASK: u64 = u64::MAX >> 1;
@@ -462,8 +462,11 @@ impl std::fmt::Debug for EventCount {
 /// assert_eq!(ec.value(), 1);
 /// ```
 pub struct SpEventCount {
-    /// `V`: written only by the producer.
-    version: AtomicU64,
+    /// `V`: written only by the producer. On a cache line of its own: readers poll it, and a
+    /// producer load of `S` from a line that readers keep pulling away costs the producer
+    /// about as much as the rest of a ring's push (measured: 7.7 against 3.5 ns per item when
+    /// streaming through an SPSC ring on Zen 3).
+    version: CachePadded<AtomicU64>,
     /// `S`: bit 0 set while a waiter may be asleep, bits 1.. the producer's clears; the futex
     /// word.
     sleepers: AtomicU32,
@@ -476,7 +479,7 @@ impl SpEventCount {
     #[cfg(not(loom))]
     pub const fn new() -> SpEventCount {
         SpEventCount {
-            version: AtomicU64::new(0),
+            version: CachePadded(AtomicU64::new(0)),
             sleepers: AtomicU32::new(0),
             producer_taken: AtomicBool::new(false),
             parking: Parking::new(),
@@ -487,7 +490,7 @@ impl SpEventCount {
     #[cfg(loom)]
     pub fn new() -> SpEventCount {
         SpEventCount {
-            version: AtomicU64::new(0),
+            version: CachePadded(AtomicU64::new(0)),
             sleepers: AtomicU32::new(0),
             producer_taken: AtomicBool::new(false),
             parking: Parking::new(),
@@ -867,8 +870,8 @@ mod tests {
             None
         });
         assert_eq!(r, Waited::TimedOut);
-        // The single producer's first naps (1 ms, 2 ms) call the predicate again, and it sees
-        // the deadline it moved, not the one the wait began with.
+        // The single producer's first nap ends at the moved deadline and calls the predicate
+        // again, which sees the deadline it moved, not the one the wait began with.
         assert!(seen.len() >= 2);
         assert!(seen[1] < seen[0]);
     }

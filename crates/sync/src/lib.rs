@@ -2,6 +2,8 @@
 //!
 //! - [`eventcount`]: [`EventCount`] (multi-producer) and [`SpEventCount`] (single producer,
 //!   no atomic instruction on the signal path): block on lock-free data, free when nobody sleeps.
+//! - [`spsc`]: a bounded single-producer single-consumer ring that blocks, on two
+//!   `SpEventCount`s; [`mpmc`]: a bounded many-producer many-consumer channel.
 //! - [`lock`]: spinlocks, a futex mutex and Spindle's own [`lock::Mutex`], all
 //!   `lock_api` raw mutexes. Its module documentation says which lock to use when.
 //! - [`fence`]: asymmetric fences — a compiler-only [`fence::light`] on the hot path, a
@@ -24,11 +26,15 @@
 //! # Which waiting primitive when
 //!
 //! - **A single thread publishes** (a ring's write index, a sequence number): [`SpEventCount`].
-//!   Its signal is a plain `add` and a flag test, with no atomic instruction, so blocking
-//!   support costs a fraction of a `lock`ed instruction when nobody waits. The price is on the
-//!   waiter's side: for one second after it announces itself it sleeps in 1, 2, 4, … ms naps
-//!   (see [`eventcount`] for why), so a sleeping waiter may wake a little later than with a
-//!   plain futex. Not on an isolated `nohz_full` core.
+//!   Its signal is a plain store and a load, with no atomic instruction and no fence, so
+//!   blocking support costs about nothing when nobody waits. The price is on the waiter's
+//!   side: for one second after it announces itself it sleeps in 4, 8, 16, … ms naps (see
+//!   [`eventcount`] for why) — the producer still wakes it at once; the naps only bound a rare
+//!   race. Not on an isolated `nohz_full` core.
+//! - **A ring between two threads**: [`spsc`], built on two [`SpEventCount`]s: push and pop
+//!   block when they must and execute no `lock`ed instruction when nobody waits.
+//! - **A queue between many threads**: [`mpmc`], a bounded channel with one CAS per operation
+//!   that blocks through [`EventCount`]s.
 //! - **Several threads publish**: [`EventCount`]. Its signal is one `lock xadd`, cheaper than a
 //!   mutex + condition variable notify or event-listener's notify, and it wakes a sleeper
 //!   through one futex call.

@@ -73,8 +73,9 @@
 //! the second side goes, each exactly once.
 //!
 //! **Cost.** With no waiter, a push is the slot write, a store of the new version and a load
-//! of the sleepers word on the line it just wrote; a pop is the slot read, the same store and
-//! load on the other line. A non-blocking ring (rtrb) does the same minus the two loads.
+//! of the sleepers word (on a line of its own that nobody writes while nobody waits); a pop is
+//! the slot read and the same store and load on the other event count. A non-blocking ring
+//! (rtrb) does the same minus the loads.
 //!
 //! [`eventcount`]: crate::eventcount
 
@@ -277,7 +278,17 @@ impl<T> Producer<T> {
     }
 
     /// Push, blocking while the ring is full. Fails only when the consumer is gone.
+    #[inline]
     pub fn push(&mut self, value: T) -> Result<(), PushError<T>> {
+        match self.try_push(value) {
+            Ok(()) => Ok(()),
+            Err(TryPushError::Disconnected(v)) => Err(PushError(v)),
+            Err(TryPushError::Full(v)) => self.push_blocking(v),
+        }
+    }
+
+    #[cold]
+    fn push_blocking(&mut self, value: T) -> Result<(), PushError<T>> {
         self.push_deadline(value, None).map_err(|e| match e {
             PushTimeoutError::Disconnected(v) | PushTimeoutError::Timeout(v) => PushError(v),
         })
@@ -497,7 +508,17 @@ impl<T> Consumer<T> {
 
     /// Pop, blocking while the ring is empty. Fails only when the producer is gone and every
     /// item it pushed was popped.
+    #[inline]
     pub fn pop(&mut self) -> Result<T, PopError> {
+        match self.try_pop() {
+            Ok(v) => Ok(v),
+            Err(TryPopError::Disconnected) => Err(PopError),
+            Err(TryPopError::Empty) => self.pop_blocking(),
+        }
+    }
+
+    #[cold]
+    fn pop_blocking(&mut self) -> Result<T, PopError> {
         self.pop_deadline(None).map_err(|_| PopError)
     }
 
@@ -830,5 +851,55 @@ mod tests {
         assert!(tx.try_push(()).is_err());
         assert_eq!(rx.try_pop(), Ok(()));
         assert_eq!(rx.len(), 1);
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use loom::thread;
+
+    /// A one-slot ring: the producer blocks on a full ring and the consumer on an empty one,
+    /// so every push and pop hands over through a possible sleep; items arrive in order and
+    /// the producer's drop ends the consumer's loop (a lost wake-up is a loom deadlock).
+    #[test]
+    fn spsc_blocking_handover_and_disconnect() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(|| {
+            let (mut tx, mut rx) = ring::<u32>(1);
+            let c = thread::spawn(move || {
+                let mut got = Vec::new();
+                while let Ok(v) = rx.pop() {
+                    got.push(v);
+                }
+                got
+            });
+            tx.push(1).unwrap();
+            tx.push(2).unwrap();
+            drop(tx);
+            assert_eq!(c.join().unwrap(), vec![1, 2]);
+        });
+    }
+
+    /// The consumer goes while the producer is blocked on a full ring: the producer wakes with
+    /// its value back.
+    #[test]
+    fn spsc_consumer_drop_wakes_a_blocked_producer() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(|| {
+            let (mut tx, mut rx) = ring::<u32>(1);
+            let p = thread::spawn(move || {
+                tx.push(1).unwrap();
+                tx.push(2)
+            });
+            let first = rx.try_pop();
+            drop(rx);
+            match p.join().unwrap() {
+                Ok(()) => assert_eq!(first, Ok(1), "2 fitted only if 1 was popped"),
+                Err(PushError(v)) => assert_eq!(v, 2),
+            }
+        });
     }
 }

@@ -2,9 +2,9 @@
 //! 7: waiters plus one or two producers), counting what must never happen:
 //!
 //! - a **lost wake-up**: after a burst of signals a producer waits until every waiter has seen
-//!   the burst's last version; a waiter that has not, 3 s later, slept through a signal (the
-//!   single-producer count may legitimately take up to its one-second settling window to
-//!   notice an overwritten flag, hence 3 s). Waiters without deadline, with long deadlines
+//!   the burst's last version; a waiter that has not, 3 s later, slept through a signal (a
+//!   single-producer waiter whose announcement raced with the producer's store notices the
+//!   new version at the end of a nap, within its one-second settling window, hence 3 s). Waiters without deadline, with long deadlines
 //!   (10 s) and with short ones (20–500 µs) all take part;
 //! - a wait that returns `Ok(v)` with `v` equal to the version it waited on;
 //! - a `TimedOut` before the deadline, or from a wait that had none.

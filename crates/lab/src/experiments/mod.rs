@@ -6,6 +6,7 @@ mod contention;
 mod eventcount;
 mod fences;
 mod locks;
+mod rings;
 mod sampler;
 mod smr;
 mod spawn;
@@ -21,6 +22,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(locks::Locks),
         Box::new(fences::Fences),
         Box::new(smr::Smr),
+        Box::new(rings::Rings),
         Box::new(affinity::Affinity),
         Box::new(spawn::Spawn),
         Box::new(sampler::Sampler),
@@ -29,10 +31,6 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
 
 /// Experiments planned but not built yet, for `--list`.
 pub const PLANNED: &[(&str, &str)] = &[
-    (
-        "rings",
-        "single-writer rings and channels vs rtrb, crossbeam, flume, kanal, ringbuf, std",
-    ),
     (
         "percpu",
         "per-CPU counters on restartable sequences vs atomics and thread-locals",

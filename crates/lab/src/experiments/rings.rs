@@ -1,0 +1,828 @@
+//! `rings`: Spindle's blocking SPSC ring and MPMC channel beside the rings and channels people
+//! use — rtrb and crossbeam's `ArrayQueue` (they never block: their users spin), and
+//! crossbeam-channel, flume, kanal, std's `sync_channel` and ringbuf-blocking (they block).
+//!
+//! - **one thread**: ns per push + pop with nobody waiting (capacity 1024).
+//! - **stream**: ns per item, producer and consumer on two CPUs, 8- and 64-byte items.
+//! - **ping-pong**: ns per round trip through two one-slot rings, on two CPUs and with both
+//!   threads pinned to one CPU (crossbeam-channel #1031: a spinning receiver holds the CPU
+//!   its sender needs).
+//! - **idle consumer**: CPU time of a consumer that waits for one message per millisecond
+//!   (its thread CPU clock over the wall time), in % of one CPU.
+//! - **wake**: ns from a push to the consumer running, the consumer asleep (the push comes
+//!   300 µs after it started waiting), against a bare futex wait/wake.
+//! - **MPMC**: ns per message with 4 × cores threads, half sending, half receiving.
+//!
+//! Rings that never block are driven the way their users drive them: retry, with a `pause`
+//! between tries and a `sched_yield` every 64 tries.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+use ringbuf_blocking::traits::Split;
+use spindle_sync::{futex, mpmc, spsc};
+
+use crate::kit::{median, run_together, CachePadded, Span};
+use crate::runner::Ctx;
+use crate::spec::{Claim, Experiment, Info, Metric, Plan, Sample, Section, Variant};
+use crate::sys::rdtsc;
+
+pub struct Rings;
+
+/// A ring or channel as the experiment drives it.
+trait Peer: 'static {
+    type Tx<T: Send + 'static>: Send;
+    type Rx<T: Send + 'static>: Send;
+    /// Whether `send`/`recv` block (else they spin and yield).
+    const BLOCKS: bool;
+    fn make<T: Send + 'static>(cap: usize) -> (Self::Tx<T>, Self::Rx<T>);
+    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T);
+    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> T;
+}
+
+/// Peers whose both ends can be cloned.
+trait Multi: Peer {
+    fn clone_tx<T: Send + 'static>(tx: &Self::Tx<T>) -> Self::Tx<T>;
+    fn clone_rx<T: Send + 'static>(rx: &Self::Rx<T>) -> Self::Rx<T>;
+}
+
+/// Retry `f` until it yields a value: `pause`, and `sched_yield` every 64 tries.
+#[inline]
+fn spin<R>(mut f: impl FnMut() -> Option<R>) -> R {
+    let mut tries = 0u32;
+    loop {
+        if let Some(r) = f() {
+            return r;
+        }
+        tries += 1;
+        if tries.is_multiple_of(64) {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+struct SpindleSpsc;
+impl Peer for SpindleSpsc {
+    type Tx<T: Send + 'static> = spsc::Producer<T>;
+    type Rx<T: Send + 'static> = spsc::Consumer<T>;
+    const BLOCKS: bool = true;
+    fn make<T: Send + 'static>(cap: usize) -> (Self::Tx<T>, Self::Rx<T>) {
+        spsc::ring(cap)
+    }
+    #[inline]
+    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) {
+        tx.push(v).unwrap_or_else(|_| panic!("consumer gone"));
+    }
+    #[inline]
+    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> T {
+        rx.pop().expect("producer gone")
+    }
+}
+
+struct SpindleMpmc;
+impl Peer for SpindleMpmc {
+    type Tx<T: Send + 'static> = mpmc::Sender<T>;
+    type Rx<T: Send + 'static> = mpmc::Receiver<T>;
+    const BLOCKS: bool = true;
+    fn make<T: Send + 'static>(cap: usize) -> (Self::Tx<T>, Self::Rx<T>) {
+        mpmc::channel(cap)
+    }
+    #[inline]
+    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) {
+        tx.send(v).unwrap_or_else(|_| panic!("receivers gone"));
+    }
+    #[inline]
+    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> T {
+        rx.recv().expect("senders gone")
+    }
+}
+impl Multi for SpindleMpmc {
+    fn clone_tx<T: Send + 'static>(tx: &Self::Tx<T>) -> Self::Tx<T> {
+        tx.clone()
+    }
+    fn clone_rx<T: Send + 'static>(rx: &Self::Rx<T>) -> Self::Rx<T> {
+        rx.clone()
+    }
+}
+
+struct Rtrb;
+impl Peer for Rtrb {
+    type Tx<T: Send + 'static> = rtrb::Producer<T>;
+    type Rx<T: Send + 'static> = rtrb::Consumer<T>;
+    const BLOCKS: bool = false;
+    fn make<T: Send + 'static>(cap: usize) -> (Self::Tx<T>, Self::Rx<T>) {
+        rtrb::RingBuffer::new(cap)
+    }
+    #[inline]
+    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) {
+        let mut v = Some(v);
+        spin(|| match tx.push(v.take()?) {
+            Ok(()) => Some(()),
+            Err(rtrb::PushError::Full(back)) => {
+                v = Some(back);
+                None
+            }
+        })
+    }
+    #[inline]
+    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> T {
+        spin(|| rx.pop().ok())
+    }
+}
+
+struct CrossbeamChannel;
+impl Peer for CrossbeamChannel {
+    type Tx<T: Send + 'static> = crossbeam_channel::Sender<T>;
+    type Rx<T: Send + 'static> = crossbeam_channel::Receiver<T>;
+    const BLOCKS: bool = true;
+    fn make<T: Send + 'static>(cap: usize) -> (Self::Tx<T>, Self::Rx<T>) {
+        crossbeam_channel::bounded(cap)
+    }
+    #[inline]
+    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) {
+        tx.send(v).unwrap_or_else(|_| panic!("receivers gone"));
+    }
+    #[inline]
+    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> T {
+        rx.recv().expect("senders gone")
+    }
+}
+impl Multi for CrossbeamChannel {
+    fn clone_tx<T: Send + 'static>(tx: &Self::Tx<T>) -> Self::Tx<T> {
+        tx.clone()
+    }
+    fn clone_rx<T: Send + 'static>(rx: &Self::Rx<T>) -> Self::Rx<T> {
+        rx.clone()
+    }
+}
+
+struct CrossbeamArrayQueue;
+impl Peer for CrossbeamArrayQueue {
+    type Tx<T: Send + 'static> = Arc<ArrayQueue<T>>;
+    type Rx<T: Send + 'static> = Arc<ArrayQueue<T>>;
+    const BLOCKS: bool = false;
+    fn make<T: Send + 'static>(cap: usize) -> (Self::Tx<T>, Self::Rx<T>) {
+        let q = Arc::new(ArrayQueue::new(cap));
+        (q.clone(), q)
+    }
+    #[inline]
+    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) {
+        let mut v = Some(v);
+        spin(|| match tx.push(v.take()?) {
+            Ok(()) => Some(()),
+            Err(back) => {
+                v = Some(back);
+                None
+            }
+        })
+    }
+    #[inline]
+    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> T {
+        spin(|| rx.pop())
+    }
+}
+impl Multi for CrossbeamArrayQueue {
+    fn clone_tx<T: Send + 'static>(tx: &Self::Tx<T>) -> Self::Tx<T> {
+        tx.clone()
+    }
+    fn clone_rx<T: Send + 'static>(rx: &Self::Rx<T>) -> Self::Rx<T> {
+        rx.clone()
+    }
+}
+
+struct Flume;
+impl Peer for Flume {
+    type Tx<T: Send + 'static> = flume::Sender<T>;
+    type Rx<T: Send + 'static> = flume::Receiver<T>;
+    const BLOCKS: bool = true;
+    fn make<T: Send + 'static>(cap: usize) -> (Self::Tx<T>, Self::Rx<T>) {
+        flume::bounded(cap)
+    }
+    #[inline]
+    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) {
+        tx.send(v).unwrap_or_else(|_| panic!("receivers gone"));
+    }
+    #[inline]
+    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> T {
+        rx.recv().expect("senders gone")
+    }
+}
+impl Multi for Flume {
+    fn clone_tx<T: Send + 'static>(tx: &Self::Tx<T>) -> Self::Tx<T> {
+        tx.clone()
+    }
+    fn clone_rx<T: Send + 'static>(rx: &Self::Rx<T>) -> Self::Rx<T> {
+        rx.clone()
+    }
+}
+
+struct Kanal;
+impl Peer for Kanal {
+    type Tx<T: Send + 'static> = kanal::Sender<T>;
+    type Rx<T: Send + 'static> = kanal::Receiver<T>;
+    const BLOCKS: bool = true;
+    fn make<T: Send + 'static>(cap: usize) -> (Self::Tx<T>, Self::Rx<T>) {
+        kanal::bounded(cap)
+    }
+    #[inline]
+    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) {
+        tx.send(v).unwrap_or_else(|_| panic!("receivers gone"));
+    }
+    #[inline]
+    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> T {
+        rx.recv().expect("senders gone")
+    }
+}
+impl Multi for Kanal {
+    fn clone_tx<T: Send + 'static>(tx: &Self::Tx<T>) -> Self::Tx<T> {
+        tx.clone()
+    }
+    fn clone_rx<T: Send + 'static>(rx: &Self::Rx<T>) -> Self::Rx<T> {
+        rx.clone()
+    }
+}
+
+struct StdSync;
+impl Peer for StdSync {
+    type Tx<T: Send + 'static> = std::sync::mpsc::SyncSender<T>;
+    type Rx<T: Send + 'static> = std::sync::mpsc::Receiver<T>;
+    const BLOCKS: bool = true;
+    fn make<T: Send + 'static>(cap: usize) -> (Self::Tx<T>, Self::Rx<T>) {
+        std::sync::mpsc::sync_channel(cap)
+    }
+    #[inline]
+    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) {
+        tx.send(v).unwrap_or_else(|_| panic!("receiver gone"));
+    }
+    #[inline]
+    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> T {
+        rx.recv().expect("senders gone")
+    }
+}
+
+struct RingbufBlocking;
+impl Peer for RingbufBlocking {
+    type Tx<T: Send + 'static> =
+        ringbuf_blocking::BlockingProd<Arc<ringbuf_blocking::BlockingHeapRb<T>>>;
+    type Rx<T: Send + 'static> =
+        ringbuf_blocking::BlockingCons<Arc<ringbuf_blocking::BlockingHeapRb<T>>>;
+    const BLOCKS: bool = true;
+    fn make<T: Send + 'static>(cap: usize) -> (Self::Tx<T>, Self::Rx<T>) {
+        ringbuf_blocking::BlockingHeapRb::<T>::new(cap).split()
+    }
+    #[inline]
+    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) {
+        tx.push(v).unwrap_or_else(|_| panic!("consumer gone"));
+    }
+    #[inline]
+    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> T {
+        rx.pop().unwrap_or_else(|_| panic!("producer gone"))
+    }
+}
+
+/// Run `a(tx)` and `b(rx)` on two threads (pinned to `pin`'s CPUs), timing both.
+fn pair<A: Send, B: Send>(
+    tx: A,
+    rx: B,
+    pin: Option<&[usize]>,
+    a: impl Fn(A) + Sync,
+    b: impl Fn(B) + Sync,
+) -> Span {
+    let (tx, rx) = (Mutex::new(Some(tx)), Mutex::new(Some(rx)));
+    run_together(2, pin, |i| {
+        if i == 0 {
+            let tx = tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+            a(tx.expect("taken once"));
+        } else {
+            let rx = rx.lock().unwrap_or_else(|e| e.into_inner()).take();
+            b(rx.expect("taken once"));
+        }
+    })
+}
+
+const CAPACITY: usize = 1024;
+
+/// `n` pushes and pops on one thread, one item in the ring at a time.
+#[inline(never)]
+fn one_thread<P: Peer>(n: u64) -> Span {
+    let (mut tx, mut rx) = P::make::<u64>(CAPACITY);
+    crate::kit::time(|| {
+        for i in 0..n {
+            P::send(&mut tx, i);
+            std::hint::black_box(P::recv(&mut rx));
+        }
+    })
+}
+
+/// `n` items of type T from one thread to another.
+fn stream<P: Peer, T: Send + Copy + Default + 'static>(n: u64, pin: Option<&[usize]>) -> Span {
+    let (tx, rx) = P::make::<T>(CAPACITY);
+    pair(
+        tx,
+        rx,
+        pin,
+        |mut tx| {
+            for _ in 0..n {
+                P::send(&mut tx, T::default());
+            }
+        },
+        |mut rx| {
+            for _ in 0..n {
+                std::hint::black_box(P::recv(&mut rx));
+            }
+        },
+    )
+}
+
+/// `n` round trips through two one-slot rings.
+fn ping_pong<P: Peer>(n: u64, pin: Option<&[usize]>) -> Span {
+    let (ping_tx, ping_rx) = P::make::<u64>(1);
+    let (pong_tx, pong_rx) = P::make::<u64>(1);
+    pair(
+        (ping_tx, pong_rx),
+        (pong_tx, ping_rx),
+        pin,
+        |(mut tx, mut rx)| {
+            for i in 0..n {
+                P::send(&mut tx, i);
+                std::hint::black_box(P::recv(&mut rx));
+            }
+        },
+        |(mut tx, mut rx)| {
+            for _ in 0..n {
+                let v = P::recv(&mut rx);
+                P::send(&mut tx, v);
+            }
+        },
+    )
+}
+
+/// This thread's CPU time.
+fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// A consumer waiting for `n` messages sent one per millisecond: its CPU time in % of the
+/// wall time.
+fn idle_consumer<P: Peer>(n: u64, pin: Option<&[usize]>) -> Sample {
+    let (tx, rx) = P::make::<u64>(CAPACITY);
+    let share = Mutex::new(f64::NAN);
+    pair(
+        tx,
+        rx,
+        pin,
+        |mut tx| {
+            let start = Instant::now();
+            for i in 1..=n {
+                let due = start + Duration::from_millis(i);
+                if let Some(d) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(d);
+                }
+                P::send(&mut tx, i);
+            }
+        },
+        |mut rx| {
+            let (c0, t0) = (thread_cpu(), Instant::now());
+            for _ in 0..n {
+                std::hint::black_box(P::recv(&mut rx));
+            }
+            let (c1, t1) = (thread_cpu(), Instant::now());
+            *share.lock().unwrap_or_else(|e| e.into_inner()) =
+                100.0 * (c1 - c0).as_secs_f64() / (t1 - t0).as_secs_f64();
+        },
+    );
+    let cpu = share.into_inner().unwrap_or_else(|e| e.into_inner());
+    Sample::new().with("cpu", cpu)
+}
+
+/// `n` wakes of a consumer asleep in `recv`: ns from just before the push to the consumer
+/// running, per wake.
+fn wake<P: Peer>(n: u64, pin: Option<&[usize]>, ticks_per_ns: f64) -> Vec<f64> {
+    let (tx, rx) = P::make::<u64>(CAPACITY);
+    let waiting = CachePadded(AtomicU64::new(0));
+    let latencies = Mutex::new(Vec::new());
+    pair(
+        tx,
+        rx,
+        pin,
+        |mut tx| {
+            for i in 1..=n {
+                while waiting.load(Acquire) < i {
+                    std::hint::spin_loop();
+                }
+                std::thread::sleep(Duration::from_micros(300));
+                P::send(&mut tx, rdtsc());
+            }
+        },
+        |mut rx| {
+            let mut mine = Vec::with_capacity(n as usize);
+            for i in 1..=n {
+                waiting.store(i, Release);
+                let sent = P::recv(&mut rx);
+                mine.push(rdtsc().saturating_sub(sent) as f64 / ticks_per_ns);
+            }
+            *latencies.lock().unwrap_or_else(|e| e.into_inner()) = mine;
+        },
+    );
+    latencies.into_inner().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The floor of `wake`: a stamp and a bare futex word.
+fn wake_futex(n: u64, pin: Option<&[usize]>, ticks_per_ns: f64) -> Vec<f64> {
+    let word = CachePadded(AtomicU32::new(0));
+    let stamp = CachePadded(AtomicU64::new(0));
+    let waiting = CachePadded(AtomicU64::new(0));
+    let latencies = Mutex::new(Vec::new());
+    pair(
+        (),
+        (),
+        pin,
+        |()| {
+            for i in 1..=n {
+                while waiting.load(Acquire) < i {
+                    std::hint::spin_loop();
+                }
+                std::thread::sleep(Duration::from_micros(300));
+                stamp.store(rdtsc(), Relaxed);
+                word.store(i as u32, Release);
+                futex::wake(&word, 1);
+            }
+        },
+        |()| {
+            let mut mine = Vec::with_capacity(n as usize);
+            for i in 1..=n {
+                waiting.store(i, Release);
+                loop {
+                    let w = word.load(Acquire);
+                    if w == i as u32 {
+                        break;
+                    }
+                    futex::wait(&word, w, None);
+                }
+                mine.push(rdtsc().saturating_sub(stamp.load(Relaxed)) as f64 / ticks_per_ns);
+            }
+            *latencies.lock().unwrap_or_else(|e| e.into_inner()) = mine;
+        },
+    );
+    latencies.into_inner().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `n` messages through one channel, `threads` threads: half send, half receive.
+fn many<P: Multi>(n: u64, threads: usize) -> Span {
+    let senders = (threads / 2).max(1);
+    let receivers = (threads - senders).max(1);
+    let (tx, rx) = P::make::<u64>(CAPACITY);
+    let txs: Vec<_> = (0..senders)
+        .map(|_| Mutex::new(Some(P::clone_tx(&tx))))
+        .collect();
+    let rxs: Vec<_> = (0..receivers)
+        .map(|_| Mutex::new(Some(P::clone_rx(&rx))))
+        .collect();
+    drop((tx, rx));
+    let share = |total: u64, parts: usize, i: usize| {
+        total / parts as u64 + u64::from((i as u64) < total % parts as u64)
+    };
+    run_together(senders + receivers, None, |i| {
+        if i < senders {
+            let mut tx = txs[i]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+                .expect("once");
+            for v in 0..share(n, senders, i) {
+                P::send(&mut tx, v);
+            }
+        } else {
+            let j = i - senders;
+            let mut rx = rxs[j]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+                .expect("once");
+            for _ in 0..share(n, receivers, j) {
+                std::hint::black_box(P::recv(&mut rx));
+            }
+        }
+    })
+}
+
+/// Every peer, for sections that take any: (short id, label, blocks).
+fn peers() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("spsc", "Spindle spsc ring (blocking)"),
+        ("mpmc", "Spindle mpmc channel (blocking)"),
+        ("rtrb", "rtrb (spins)"),
+        ("crossbeam", "crossbeam-channel bounded (blocking)"),
+        ("arrayqueue", "crossbeam ArrayQueue (spins)"),
+        ("flume", "flume bounded (blocking)"),
+        ("kanal", "kanal bounded (blocking)"),
+        ("std", "std sync_channel (blocking)"),
+        ("ringbuf", "ringbuf-blocking (blocking)"),
+    ]
+}
+
+/// Dispatch a generic body on a peer's short id.
+macro_rules! with_peer {
+    ($id:expr, $P:ident => $body:expr) => {
+        match $id {
+            "spsc" => {
+                type $P = SpindleSpsc;
+                $body
+            }
+            "mpmc" => {
+                type $P = SpindleMpmc;
+                $body
+            }
+            "rtrb" => {
+                type $P = Rtrb;
+                $body
+            }
+            "crossbeam" => {
+                type $P = CrossbeamChannel;
+                $body
+            }
+            "arrayqueue" => {
+                type $P = CrossbeamArrayQueue;
+                $body
+            }
+            "flume" => {
+                type $P = Flume;
+                $body
+            }
+            "kanal" => {
+                type $P = Kanal;
+                $body
+            }
+            "std" => {
+                type $P = StdSync;
+                $body
+            }
+            "ringbuf" => {
+                type $P = RingbufBlocking;
+                $body
+            }
+            other => unreachable!("no peer {other}"),
+        }
+    };
+}
+
+fn blocks(id: &str) -> bool {
+    with_peer!(id, P => P::BLOCKS)
+}
+
+impl Experiment for Rings {
+    fn info(&self) -> Info {
+        Info {
+            name: "rings",
+            title: "Rings and channels: fast path, streaming, ping-pong, idle waiting, wake-up, MPMC",
+            summary: "Spindle's spsc ring and mpmc channel vs rtrb, crossbeam (channel, ArrayQueue), flume, kanal, std, ringbuf-blocking",
+            question: "Does a ring that can block cost anything when nobody waits — one thread, two threads streaming, \
+                       ping-pong on two CPUs and on one — how much CPU does a waiting consumer burn, how fast does a \
+                       sleeping one wake, and how does the MPMC channel hold up with 4 × cores threads?",
+            references: &[],
+            quick_seconds: 30,
+        }
+    }
+
+    fn run(&self, ctx: &mut Ctx) -> Result<(), String> {
+        let pair_cpus = ctx.cpu_pair();
+        let pin = pair_cpus.as_ref().map(|p| &p[..]);
+        let one_cpu = [ctx.cpus()[0]; 2];
+        let one = Some(&one_cpu[..]);
+        let ticks_per_ns = ctx.machine.tsc_ghz;
+        let threads = 4 * ctx.cores();
+        let mut plan = Plan::new();
+        plan.param("capacity", format!("{CAPACITY} slots (ping-pong: 1)"));
+        plan.param(
+            "two-thread sections",
+            match pair_cpus {
+                Some([a, b]) => format!("producer on CPU {a}, consumer on CPU {b}"),
+                None => "one CPU: the threads time-share it".into(),
+            },
+        );
+        plan.param(
+            "one-CPU ping-pong",
+            format!("both threads on CPU {}", one_cpu[0]),
+        );
+        plan.param(
+            "MPMC threads",
+            format!("{threads} (4 × {} cores), half sending", ctx.cores()),
+        );
+
+        plan.section(
+            Section::per_op(
+                "onethread",
+                "Push + pop on one thread, nobody waiting",
+                "push + pop",
+            )
+            .baseline("onethread-rtrb"),
+        );
+        for (id, label) in peers() {
+            plan.variant(Variant::per_op(
+                "onethread",
+                format!("onethread-{id}"),
+                label,
+                move |n| with_peer!(id, P => one_thread::<P>(n)),
+            ));
+        }
+
+        for (section, title, wide) in [
+            ("stream8", "Stream 8-byte items between two CPUs", false),
+            ("stream64", "Stream 64-byte items between two CPUs", true),
+        ] {
+            plan.section(
+                Section::per_op(section, title, "item").baseline(format!("{section}-rtrb")),
+            );
+            for (id, label) in peers() {
+                plan.variant(
+                    Variant::per_op(section, format!("{section}-{id}"), label, move |n| {
+                        if wide {
+                            with_peer!(id, P => stream::<P, [u64; 8]>(n, pin))
+                        } else {
+                            with_peer!(id, P => stream::<P, u64>(n, pin))
+                        }
+                    })
+                    .threads(2),
+                );
+            }
+        }
+
+        for (section, title, cpus) in [
+            (
+                "pingpong",
+                "Ping-pong between two CPUs (one-slot rings)",
+                pin,
+            ),
+            ("pingpong1", "Ping-pong with both threads on one CPU", one),
+        ] {
+            plan.section(
+                Section::per_op(section, title, "round trip")
+                    .baseline(format!("{section}-crossbeam")),
+            );
+            for (id, label) in peers() {
+                plan.variant(
+                    Variant::per_op(
+                        section,
+                        format!("{section}-{id}"),
+                        label,
+                        move |n| with_peer!(id, P => ping_pong::<P>(n, cpus)),
+                    )
+                    .threads(2),
+                );
+            }
+        }
+
+        plan.section(
+            Section::new("idle", "A consumer waiting for one message per millisecond")
+                .baseline("idle-crossbeam")
+                .metric(Metric::ratio("cpu", "consumer CPU time (% of one CPU)")),
+        );
+        plan.variant(Variant::fixed(
+            "idle",
+            "idle-bound",
+            "1 % of one CPU (the guarantee's bound)",
+            || Sample::new().with("cpu", 1.0),
+        ));
+        for (id, label) in peers().into_iter().filter(|(id, _)| blocks(id)) {
+            plan.variant(
+                Variant::fixed(
+                    "idle",
+                    format!("idle-{id}"),
+                    label,
+                    move || with_peer!(id, P => idle_consumer::<P>(20, pin)),
+                )
+                .threads(2),
+            );
+        }
+
+        plan.section(
+            Section::new("wake", "Wake a consumer asleep in pop / recv")
+                .baseline("wake-futex")
+                .metric(Metric::time(
+                    "latency",
+                    "push to consumer running, median of a run",
+                )),
+        );
+        plan.variant(
+            Variant::calibrated(
+                "wake",
+                "wake-futex",
+                "bare futex wait/wake (floor)",
+                move |n| {
+                    let mut l = wake_futex(n, pin, ticks_per_ns);
+                    Sample::new()
+                        .with("latency", median(&mut l))
+                        .pool("latency", l)
+                },
+            )
+            .threads(2)
+            .max_work(10_000),
+        );
+        for (id, label) in peers().into_iter().filter(|(id, _)| blocks(id)) {
+            plan.variant(
+                Variant::calibrated("wake", format!("wake-{id}"), label, move |n| {
+                    let mut l = with_peer!(id, P => wake::<P>(n, pin, ticks_per_ns));
+                    Sample::new()
+                        .with("latency", median(&mut l))
+                        .pool("latency", l)
+                })
+                .threads(2)
+                .max_work(10_000),
+            );
+        }
+
+        plan.section(
+            Section::per_op(
+                "many",
+                format!("MPMC: {threads} threads, half sending"),
+                "message",
+            )
+            .baseline("many-crossbeam"),
+        );
+        for (id, label) in [
+            ("mpmc", "Spindle mpmc channel (blocking)"),
+            ("crossbeam", "crossbeam-channel bounded (blocking)"),
+            ("arrayqueue", "crossbeam ArrayQueue (spins, yields)"),
+            ("flume", "flume bounded (blocking)"),
+            ("kanal", "kanal bounded (blocking)"),
+        ] {
+            plan.variant(
+                Variant::per_op("many", format!("many-{id}"), label, move |n| match id {
+                    "mpmc" => many::<SpindleMpmc>(n, threads),
+                    "crossbeam" => many::<CrossbeamChannel>(n, threads),
+                    "arrayqueue" => many::<CrossbeamArrayQueue>(n, threads),
+                    "flume" => many::<Flume>(n, threads),
+                    _ => many::<Kanal>(n, threads),
+                })
+                .threads(threads),
+            );
+        }
+
+        let g = Claim::guarantee;
+        plan.claim(
+            g(
+                "spsc-fast-path",
+                "Spindle's spsc push + pop costs at most 1.1 × rtrb's (one thread, nobody waiting)",
+            )
+            .ratio("onethread-spsc", "onethread-rtrb")
+            .at_most(1.1),
+        );
+        for (s, bytes) in [("stream8", 8), ("stream64", 64)] {
+            plan.claim(
+                Claim::guarantee(
+                    if bytes == 8 { "spsc-stream8-vs-rtrb" } else { "spsc-stream64-vs-rtrb" },
+                    format!("Spindle's spsc streams {bytes}-byte items between two CPUs at least as fast as rtrb"),
+                )
+                .ratio(format!("{s}-spsc"), format!("{s}-rtrb"))
+                .at_most(1.0),
+            );
+            plan.claim(
+                Claim::guarantee(
+                    if bytes == 8 { "spsc-stream8-vs-crossbeam" } else { "spsc-stream64-vs-crossbeam" },
+                    format!("Spindle's spsc streams {bytes}-byte items at least 2 × as fast as crossbeam-channel"),
+                )
+                .ratio(format!("{s}-spsc"), format!("{s}-crossbeam"))
+                .at_most(0.5),
+            );
+        }
+        plan.claim(
+            g(
+                "spsc-one-cpu",
+                "Spindle's spsc ping-pong on one CPU costs at most 2 × its two-CPU round trip",
+            )
+            .ratio("pingpong1-spsc", "pingpong-spsc")
+            .at_most(2.0),
+        );
+        plan.claim(
+            g("spsc-idle", "A consumer waiting on Spindle's spsc for one message per ms burns at most 1 % of a CPU")
+                .ratio("idle-spsc", "idle-bound")
+                .at_most(1.0),
+        );
+        plan.claim(
+            g(
+                "spsc-wake",
+                "Spindle's spsc wakes a sleeping consumer within 1.1 × the bare futex floor",
+            )
+            .ratio("wake-spsc", "wake-futex")
+            .at_most(1.1),
+        );
+        plan.claim(
+            Claim::guarantee("mpmc-vs-crossbeam", format!("Spindle's mpmc moves messages with {threads} threads at least as fast as crossbeam-channel"))
+                .ratio("many-mpmc", "many-crossbeam")
+                .at_most(1.0),
+        );
+        plan.note("Rings that never block (rtrb, ArrayQueue) are driven as their users drive them: retry with pause, and sched_yield every 64 tries; in the idle and wake sections they would burn a whole CPU by design, so they are left out there.");
+        plan.note("std's sync_channel has one receiver, so it is left out of the MPMC section; so are the single-producer rings.");
+        if pair_cpus.is_none() {
+            plan.note(
+                "This machine gives the lab one CPU: the 'two CPUs' sections time-share it too.",
+            );
+        }
+        ctx.measure(plan)
+    }
+}

@@ -1,0 +1,408 @@
+//! Stress tests of the SPSC ring and the MPMC channel under oversubscription (3 threads per
+//! CPU for the rings, 4 per CPU for the channel), counting what must never happen:
+//!
+//! - **order** (SPSC): the consumer sees 0, 1, 2, … from its producer; (MPMC) each receiver
+//!   sees each sender's values in increasing order;
+//! - **loss or duplication**: per producer, the count, the sum and the sum of squares of what
+//!   was received equal what was sent;
+//! - **a lost wake-up**: every blocking call has a deadline of 5 s, and a timeout counts as a
+//!   stall. Both sides run until they are done, so a healthy run never waits that long for the
+//!   other side — unless a wake-up was lost;
+//! - a `Disconnected` before the last item, or none after it.
+//!
+//! Capacities are small (1 to 1024 slots) so that both sides block often; calls mix blocking,
+//! non-blocking and chunked forms. Each test moves `SPINDLE_STRESS_MESSAGES` messages (default
+//! 10^8 across its pairs) or as many as fit in `SPINDLE_STRESS_SECONDS` (default 30): the rate
+//! depends on the machine, and the test must end in bounded time on any of them. No timing is
+//! asserted.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::time::{Duration, Instant};
+
+use spindle_sync::{mpmc, spsc};
+
+mod common;
+
+const PATIENCE: Duration = Duration::from_secs(5);
+
+fn messages() -> u64 {
+    std::env::var("SPINDLE_STRESS_MESSAGES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100_000_000)
+}
+
+fn time_limit() -> Duration {
+    let secs: f64 = std::env::var("SPINDLE_STRESS_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|s: &f64| s.is_finite() && *s > 0.0)
+        .unwrap_or(30.0);
+    Duration::from_secs_f64(secs)
+}
+
+/// xorshift64*.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    out_of_order: AtomicU64,
+    stalls: AtomicU64,
+    early_disconnects: AtomicU64,
+    received: AtomicU64,
+}
+
+/// What one producer sent, or one consumer received from one producer.
+#[derive(Default, Clone, Copy, Debug, PartialEq, Eq)]
+struct Digest {
+    count: u64,
+    sum: u64,
+    squares: u64,
+}
+
+impl Digest {
+    fn add(&mut self, v: u64) {
+        self.count += 1;
+        self.sum = self.sum.wrapping_add(v);
+        self.squares = self.squares.wrapping_add(v.wrapping_mul(v));
+    }
+    fn merge(&mut self, o: Digest) {
+        self.count += o.count;
+        self.sum = self.sum.wrapping_add(o.sum);
+        self.squares = self.squares.wrapping_add(o.squares);
+    }
+}
+
+/// Ring capacities, cycled through the pairs: roomy and tiny alternate, so that even 3 pairs
+/// mix rings that rarely block with rings that block on every message.
+const CAPACITIES: &[usize] = &[1024, 1, 64, 2, 7, 3];
+
+/// Messages are handed to producers in blocks from a shared budget, so fast pairs (roomy
+/// rings) move more than slow ones (tiny rings, which block on nearly every message).
+const BLOCK: u64 = 4096;
+
+/// Claim the next block of the budget, if any is left and there is time.
+fn claim(budget: &AtomicU64, started: Instant) -> u64 {
+    if started.elapsed() >= time_limit() {
+        return 0;
+    }
+    let mut left = budget.load(Relaxed);
+    loop {
+        let k = left.min(BLOCK);
+        if k == 0 {
+            return 0;
+        }
+        match budget.compare_exchange_weak(left, left - k, Relaxed, Relaxed) {
+            Ok(_) => return k,
+            Err(l) => left = l,
+        }
+    }
+}
+
+#[test]
+fn spsc_ring_stress_order_no_loss_no_lost_wakeup() {
+    // 3 threads per CPU: pairs of producer and consumer, 1.5 pairs per CPU (at least 3).
+    let pairs = (common::per_cpu(3, 6) / 2).max(3);
+    let budget = AtomicU64::new(messages());
+    let started = Instant::now();
+    let tally = Tally::default();
+    let sent_total = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for p in 0..pairs {
+            let cap = CAPACITIES[p % CAPACITIES.len()];
+            let (mut tx, mut rx) = spsc::ring::<u64>(cap);
+            let (tally, sent_total, budget) = (&tally, &sent_total, &budget);
+            s.spawn(move || {
+                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (p as u64 + 1));
+                let mut next = 0u64;
+                let mut end = 0u64;
+                loop {
+                    if next == end {
+                        match claim(budget, started) {
+                            0 => break,
+                            k => end += k,
+                        }
+                    }
+                    match rng.below(8) {
+                        // A chunk of up to 16, written in place.
+                        0 => {
+                            let want = (1 + rng.below(16)).min(end - next) as usize;
+                            let free = tx.slots().min(want);
+                            if let Ok(chunk) = tx.write_chunk_uninit(free) {
+                                next += chunk.fill_from_iter(next..) as u64;
+                            }
+                        }
+                        // Non-blocking, retried.
+                        1 => match tx.try_push(next) {
+                            Ok(()) => next += 1,
+                            Err(spsc::TryPushError::Full(_)) => std::hint::spin_loop(),
+                            Err(spsc::TryPushError::Disconnected(_)) => {
+                                tally.early_disconnects.fetch_add(1, Relaxed);
+                                break;
+                            }
+                        },
+                        _ => match tx.push_timeout(next, PATIENCE) {
+                            Ok(()) => next += 1,
+                            Err(spsc::PushTimeoutError::Timeout(_)) => {
+                                eprintln!("stall: producer {p} (capacity {cap}) waited {PATIENCE:?} for space");
+                                tally.stalls.fetch_add(1, Relaxed);
+                            }
+                            Err(spsc::PushTimeoutError::Disconnected(_)) => {
+                                tally.early_disconnects.fetch_add(1, Relaxed);
+                                break;
+                            }
+                        },
+                    }
+                }
+                sent_total.fetch_add(next, Relaxed);
+                // Dropping tx disconnects: the consumer drains, then sees Disconnected.
+            });
+            s.spawn(move || {
+                let mut rng = Rng(0xdead_beef_cafe_f00d ^ (p as u64 + 1));
+                let mut expect = 0u64;
+                let check = |v: u64, expect: &mut u64| {
+                    if v != *expect {
+                        tally.out_of_order.fetch_add(1, Relaxed);
+                    }
+                    *expect = v + 1;
+                };
+                loop {
+                    match rng.below(8) {
+                        0 => {
+                            let n = rx.len().min(1 + rng.below(16) as usize);
+                            if let Ok(chunk) = rx.read_chunk(n) {
+                                for v in chunk {
+                                    check(v, &mut expect);
+                                }
+                            }
+                        }
+                        1 => match rx.try_pop() {
+                            Ok(v) => check(v, &mut expect),
+                            Err(spsc::TryPopError::Empty) => std::hint::spin_loop(),
+                            Err(spsc::TryPopError::Disconnected) => break,
+                        },
+                        _ => match rx.pop_timeout(PATIENCE) {
+                            Ok(v) => check(v, &mut expect),
+                            Err(spsc::PopTimeoutError::Timeout) => {
+                                eprintln!("stall: consumer {p} (capacity {cap}) waited {PATIENCE:?} for an item");
+                                tally.stalls.fetch_add(1, Relaxed);
+                            }
+                            Err(spsc::PopTimeoutError::Disconnected) => break,
+                        },
+                    }
+                }
+                tally.received.fetch_add(expect, Relaxed);
+            });
+        }
+    });
+    let sent = sent_total.load(Relaxed);
+    eprintln!(
+        "spsc: {pairs} pairs moved {sent} messages in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(tally.out_of_order.load(Relaxed), 0, "out of order");
+    assert_eq!(tally.received.load(Relaxed), sent, "lost or duplicated");
+    assert_eq!(tally.stalls.load(Relaxed), 0, "stalls (lost wake-ups)");
+    assert_eq!(
+        tally.early_disconnects.load(Relaxed),
+        0,
+        "early disconnects"
+    );
+    assert!(sent > 0);
+}
+
+#[test]
+fn mpmc_channel_stress_no_loss_no_dup_no_lost_wakeup() {
+    // 4 threads per CPU: half senders, half receivers (at least 4 + 4).
+    let threads = common::per_cpu(4, 8);
+    let (senders, receivers) = (threads / 2, threads - threads / 2);
+    let budget = AtomicU64::new(messages());
+    let started = Instant::now();
+    let tally = Tally::default();
+    let sent: Vec<Digest> = std::thread::scope(|s| {
+        let mut handles = Vec::new();
+        let mut receiver_handles = Vec::new();
+        // Two channels: a tiny one (blocking all the time) and a roomier one.
+        for (c, cap) in [(0usize, 2usize), (1, 256)] {
+            let (tx, rx) = mpmc::channel::<u64>(cap);
+            let (n_tx, n_rx) = (
+                senders / 2 + c * (senders % 2),
+                receivers / 2 + c * (receivers % 2),
+            );
+            for i in 0..n_tx {
+                let (tx, tally, budget) = (tx.clone(), &tally, &budget);
+                let id = (c * senders + i) as u64;
+                handles.push(s.spawn(move || {
+                    let mut rng = Rng(0x1234_5678 ^ (id + 1));
+                    let mut d = Digest::default();
+                    let mut seq = 0u64;
+                    let mut end = 0u64;
+                    loop {
+                        if seq == end {
+                            match claim(budget, started) {
+                                0 => break,
+                                k => end += k,
+                            }
+                        }
+                        // value = sender id in the top 16 bits, sequence number below.
+                        let v = (id << 48) | seq;
+                        let ok = if rng.below(4) == 0 {
+                            match tx.try_send(v) {
+                                Ok(()) => true,
+                                Err(mpmc::TrySendError::Full(_)) => false,
+                                Err(mpmc::TrySendError::Disconnected(_)) => {
+                                    tally.early_disconnects.fetch_add(1, Relaxed);
+                                    break;
+                                }
+                            }
+                        } else {
+                            match tx.send_timeout(v, PATIENCE) {
+                                Ok(()) => true,
+                                Err(mpmc::SendTimeoutError::Timeout(_)) => {
+                                    eprintln!(
+                                        "stall: sender {id} (capacity {cap}) waited {PATIENCE:?}"
+                                    );
+                                    tally.stalls.fetch_add(1, Relaxed);
+                                    false
+                                }
+                                Err(mpmc::SendTimeoutError::Disconnected(_)) => {
+                                    tally.early_disconnects.fetch_add(1, Relaxed);
+                                    break;
+                                }
+                            }
+                        };
+                        if ok {
+                            d.add(seq);
+                            seq += 1;
+                        }
+                    }
+                    (id, d)
+                }));
+            }
+            for r in 0..n_rx {
+                let (rx, tally) = (rx.clone(), &tally);
+                receiver_handles.push(s.spawn(move || {
+                    let mut rng = Rng(0x8765_4321 ^ ((c * receivers + r) as u64 + 1));
+                    let mut last = vec![None::<u64>; 2 * senders];
+                    let mut got = vec![Digest::default(); 2 * senders];
+                    let mut take = |v: u64| {
+                        let (id, seq) = ((v >> 48) as usize, v & ((1 << 48) - 1));
+                        if last[id].is_some_and(|l| l >= seq) {
+                            tally.out_of_order.fetch_add(1, Relaxed);
+                        }
+                        last[id] = Some(seq);
+                        got[id].add(seq);
+                    };
+                    loop {
+                        if rng.below(4) == 0 {
+                            match rx.try_recv() {
+                                Ok(v) => take(v),
+                                Err(mpmc::TryRecvError::Empty) => std::hint::spin_loop(),
+                                Err(mpmc::TryRecvError::Disconnected) => break,
+                            }
+                        } else {
+                            match rx.recv_timeout(PATIENCE) {
+                                Ok(v) => take(v),
+                                Err(mpmc::RecvTimeoutError::Timeout) => {
+                                    eprintln!(
+                                        "stall: receiver {r} (capacity {cap}) waited {PATIENCE:?}"
+                                    );
+                                    tally.stalls.fetch_add(1, Relaxed);
+                                }
+                                Err(mpmc::RecvTimeoutError::Disconnected) => break,
+                            }
+                        }
+                    }
+                    got
+                }));
+            }
+            // The originals go: the channel disconnects when the clones do.
+            drop((tx, rx));
+        }
+        let mut sent = vec![Digest::default(); 2 * senders];
+        for h in handles {
+            let (id, d) = h.join().unwrap();
+            sent[id as usize] = d;
+        }
+        let mut received = vec![Digest::default(); 2 * senders];
+        for h in receiver_handles {
+            for (total, d) in received.iter_mut().zip(h.join().unwrap()) {
+                total.merge(d);
+            }
+        }
+        for (id, (s, r)) in sent.iter().zip(&received).enumerate() {
+            if s != r {
+                eprintln!("sender {id}: sent {s:?}, received {r:?}");
+                tally.received.fetch_add(1, Relaxed); // counts mismatching senders here
+            }
+        }
+        sent
+    });
+    let total: u64 = sent.iter().map(|d| d.count).sum();
+    eprintln!(
+        "mpmc: {senders} senders and {receivers} receivers moved {total} messages in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        tally.received.load(Relaxed),
+        0,
+        "senders whose values were lost or duplicated"
+    );
+    assert_eq!(tally.out_of_order.load(Relaxed), 0, "out of order");
+    assert_eq!(tally.stalls.load(Relaxed), 0, "stalls (lost wake-ups)");
+    assert_eq!(
+        tally.early_disconnects.load(Relaxed),
+        0,
+        "early disconnects"
+    );
+    assert!(total > 0);
+}
+
+/// Disconnection under load: a side that goes while the other is blocked wakes it, and items
+/// pushed before the producer left are all delivered.
+#[test]
+fn rings_disconnect_wakes_blocked_sides() {
+    let rounds = 2 * common::cpus() as u64 * 50;
+    let stop = AtomicBool::new(false);
+    for round in 0..rounds {
+        let (mut tx, mut rx) = spsc::ring::<u64>(1 + (round % 3) as usize);
+        std::thread::scope(|s| {
+            let c = s.spawn(move || {
+                let mut n = 0;
+                while rx.pop().is_ok() {
+                    n += 1;
+                }
+                n
+            });
+            let k = round % 17;
+            for i in 0..k {
+                tx.push(i).unwrap();
+            }
+            drop(tx);
+            assert_eq!(c.join().unwrap(), k);
+        });
+        let (tx, rx) = mpmc::channel::<u64>(1);
+        std::thread::scope(|s| {
+            let blocked = s.spawn(move || {
+                tx.send(0).unwrap();
+                tx.send(1) // blocks: full, until the receiver goes
+            });
+            while !stop.load(Relaxed) && rx.is_empty() {
+                std::thread::yield_now();
+            }
+            drop(rx);
+            assert_eq!(blocked.join().unwrap(), Err(mpmc::SendError(1)));
+        });
+    }
+}
