@@ -164,13 +164,23 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use crate::futex::Parking;
-use crate::primitives::{spin_loop, AtomicBool, AtomicU32, AtomicU64, CachePadded, Ordering::*};
+use crate::primitives::{
+    spin_loop, yield_now, AtomicBool, AtomicU32, AtomicU64, CachePadded, Ordering::*,
+};
 use crate::time::Deadline;
 
 /// Pause-loop iterations before a waiter flips the sleepers flag. What that takes depends on
 /// the CPU's `pause` latency; the lab's "waiter still spinning" figures show its effect.
 #[cfg(not(loom))]
 const SPIN_BEFORE_FLAG: u32 = 128;
+/// Halfway through that spin the waiter calls `sched_yield` once: if the thread it waits for
+/// shares its CPU (oversubscription, or both pinned to one CPU), the yield lets it run now
+/// instead of after the waiter has gone through the futex (the lab's one-CPU ping-pong in
+/// `rings`); otherwise it costs one system call that returns at once.
+#[cfg(not(loom))]
+const YIELD_AT: u32 = SPIN_BEFORE_FLAG / 2;
+#[cfg(loom)]
+const YIELD_AT: u32 = u32::MAX;
 /// Pause-loop iterations between the flag flip and the futex wait.
 #[cfg(not(loom))]
 const SPIN_AFTER_FLAG: u32 = 32;
@@ -285,12 +295,16 @@ impl Core {
         let flagged = idle | FLAG;
         let version = |w: u64| w >> 1;
 
-        for _ in 0..SPIN_BEFORE_FLAG {
+        for i in 0..SPIN_BEFORE_FLAG {
             let w = self.word.load(Acquire);
             if version(w) != old {
                 return Waited::Changed(version(w));
             }
-            spin_loop();
+            if i == YIELD_AT {
+                yield_now();
+            } else {
+                spin_loop();
+            }
         }
 
         let mut state = WaitState {
@@ -605,12 +619,16 @@ impl SpEventCount {
         deadline: Option<Deadline>,
         mut pred: impl FnMut(&mut WaitState) -> Option<T>,
     ) -> Waited<T> {
-        for _ in 0..SPIN_BEFORE_FLAG {
+        for i in 0..SPIN_BEFORE_FLAG {
             let v = self.version.load(Acquire);
             if v != old {
                 return Waited::Changed(v);
             }
-            spin_loop();
+            if i == YIELD_AT {
+                yield_now();
+            } else {
+                spin_loop();
+            }
         }
 
         let mut state = WaitState {
