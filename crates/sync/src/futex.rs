@@ -112,6 +112,36 @@ pub fn wake_in(scope: Scope, word: &std::sync::atomic::AtomicU32, n: u32) -> usi
     futex::wake(word, scope.flags(), n.min(i32::MAX as u32)).unwrap_or(0)
 }
 
+/// `futex(word, FUTEX_WAKE_PRIVATE, all)` as one inline `syscall` instruction that the
+/// compiler knows writes no memory (`readonly`): a wake uses the word's address as a key and
+/// never writes user memory. For hot paths whose wake is rare (the single-producer event
+/// count): the compiler need not reload what it holds in registers after it. It is declared
+/// `readonly` rather than `nomem` (the kernel reads nothing either) on purpose: an asm that
+/// may read memory cannot be moved above the caller's preceding atomic write of `word`, and
+/// a wake hoisted above the write it announces would be a lost wake-up. Returns nothing:
+/// callers that wake "all" do not need the count, and an error (the address is always valid)
+/// changes nothing.
+#[cfg(all(target_arch = "x86_64", target_os = "linux", not(loom), not(miri)))]
+#[inline(always)]
+pub(crate) fn wake_all_private_inline(word: &std::sync::atomic::AtomicU32) {
+    const SYS_FUTEX: usize = 202;
+    const FUTEX_WAKE_PRIVATE: usize = 1 | 128;
+    // SAFETY: futex(2) with FUTEX_WAKE writes no user memory; it clobbers rax
+    // (the result), rcx and r11 (the syscall instruction), as declared.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") SYS_FUTEX => _,
+            in("rdi") word.as_ptr(),
+            in("rsi") FUTEX_WAKE_PRIVATE,
+            in("rdx") i32::MAX as usize,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack, readonly, preserves_flags),
+        );
+    }
+}
+
 /// The low (least significant) 32 bits of a 64-bit atomic word, as the address a futex call
 /// takes. Only ever handed to the kernel, which reads it atomically; Rust code never performs
 /// a 32-bit access to the 64-bit atomic, so there is no mixed-size access on our side.
