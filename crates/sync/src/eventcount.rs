@@ -904,8 +904,11 @@ mod tests {
 
     #[test]
     fn wait_times_out_and_leaves_the_flag_for_the_next_signal() {
+        // Long enough for the spin to end before the deadline (under Miri too), so that the
+        // waiter gets to announce itself.
+        let wait = Duration::from_millis(if cfg!(miri) { 2000 } else { 50 });
         let ec = EventCount::new();
-        let d = Deadline::after(Duration::from_millis(5));
+        let d = Deadline::after(wait);
         assert_eq!(ec.wait(0, Some(d)), Err(TimedOut));
         assert!(d.has_passed());
         assert!(ec.has_waiters(), "a timed-out waiter leaves the flag set");
@@ -913,7 +916,7 @@ mod tests {
         assert!(!ec.has_waiters(), "the signal that saw the flag clears it");
 
         let sp = SpEventCount::new();
-        let d = Deadline::after(Duration::from_millis(5));
+        let d = Deadline::after(wait);
         assert_eq!(sp.wait(0, Some(d)), Err(TimedOut));
         assert!(d.has_passed());
     }

@@ -144,12 +144,20 @@ impl<T> Shared<T> {
         self.slots.len()
     }
 
-    /// The slot at `pos`, as a raw pointer (UnsafeCell<MaybeUninit<T>> has T's layout).
+    /// The first slot, as a raw pointer valid for the whole array (derived from the slice, not
+    /// from one element, so that chunks may offset it: Miri's Stacked Borrows caught the
+    /// per-element version). `UnsafeCell<MaybeUninit<T>>` has `T`'s layout.
+    #[inline]
+    fn base(&self) -> *mut MaybeUninit<T> {
+        UnsafeCell::raw_get(self.slots.as_ptr())
+    }
+
+    /// The slot at `pos`, as a raw pointer.
     #[inline]
     fn slot(&self, pos: usize) -> *mut MaybeUninit<T> {
         debug_assert!(pos < self.slots.len());
         // SAFETY: in bounds (pos < capacity is every caller's invariant).
-        unsafe { self.slots.get_unchecked(pos).get() }
+        unsafe { self.base().add(pos) }
     }
 }
 
@@ -420,7 +428,7 @@ impl<T> WriteChunkUninit<'_, T> {
         let p = &*self.producer;
         let cap = p.capacity();
         let first = self.n.min(cap - p.pos);
-        let base = p.shared.slot(0);
+        let base = p.shared.base();
         // SAFETY: the n slots from `pos` (wrapping) are free and only this producer may touch
         // them until it commits; the two ranges are disjoint and in bounds.
         unsafe {
@@ -620,18 +628,27 @@ pub struct ReadChunk<'a, T> {
 }
 
 impl<'a, T> ReadChunk<'a, T> {
-    /// The chunk's items, oldest first: the second slice is empty unless the chunk wraps.
-    pub fn as_slices(&self) -> (&[T], &[T]) {
+    /// The chunk's two runs of items as raw parts: (start, length) of each, the second empty
+    /// unless the chunk wraps. Raw pointers from the slot array, so that `commit` may drop
+    /// through them (a pointer taken from the `&[T]` of `as_slices` may not write).
+    fn runs(&self) -> ((*mut T, usize), (*mut T, usize)) {
         let c = &*self.consumer;
         let cap = c.capacity();
         let first = self.n.min(cap - c.pos);
-        let base = c.shared.slot(0).cast::<T>();
+        let base = c.shared.base().cast::<T>();
+        // SAFETY: `pos` < capacity, so the offset stays in the slot array.
+        ((unsafe { base.add(c.pos) }, first), (base, self.n - first))
+    }
+
+    /// The chunk's items, oldest first: the second slice is empty unless the chunk wraps.
+    pub fn as_slices(&self) -> (&[T], &[T]) {
+        let ((a, na), (b, nb)) = self.runs();
         // SAFETY: the n slots from `pos` (wrapping) hold initialised items that only this
-        // consumer may touch until it releases them; the ranges are disjoint and in bounds.
+        // consumer may touch until it releases them; the runs are disjoint and in bounds.
         unsafe {
             (
-                std::slice::from_raw_parts(base.add(c.pos), first),
-                std::slice::from_raw_parts(base, self.n - first),
+                std::slice::from_raw_parts(a, na),
+                std::slice::from_raw_parts(b, nb),
             )
         }
     }
@@ -649,9 +666,8 @@ impl<'a, T> ReadChunk<'a, T> {
     /// Pop the first `n` items of the chunk (clamped to its length), dropping them.
     pub fn commit(self, n: usize) {
         let n = n.min(self.n);
-        let (a, b) = self.as_slices();
-        let first = n.min(a.len());
-        let (a, b) = (a.as_ptr().cast_mut(), b.as_ptr().cast_mut());
+        let ((a, na), (b, _)) = self.runs();
+        let first = n.min(na);
         // SAFETY: these items are initialised and ours; each is dropped once, then released.
         unsafe {
             std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(a, first));
