@@ -178,6 +178,13 @@ const SPIN_BEFORE_FLAG: u32 = 128;
 /// still spins.
 #[cfg(not(loom))]
 const SPIN_MIN: u32 = 16;
+/// The pause-loop iteration at which a spinning waiter yields, at the latest. A `pause` takes
+/// 25 ns on Zen 5 (and ~140 cycles on Intel cores since Skylake), so 16 of them are ~0.4 µs:
+/// several cache-line round trips, time enough for a thread on another CPU to answer, while a
+/// thread that shares our CPU gets it early. One-CPU ping-pong through an SPSC ring on Zen 5:
+/// 5.6 µs per round trip yielding at pause 64, 3.1 µs at 16, 2.5 µs at 4 (where a waiter on
+/// another CPU would yield before most answers arrive).
+const YIELD_BY: u32 = 16;
 /// Pause-loop iterations between the flag flip and the futex wait.
 #[cfg(not(loom))]
 const SPIN_AFTER_FLAG: u32 = 32;
@@ -191,49 +198,66 @@ const SPIN_MIN: u32 = 0;
 const SPIN_AFTER_FLAG: u32 = 0;
 
 /// How long a waiter spins before it flips the sleepers flag, adapted to what spinning has
-/// bought lately, as glibc's adaptive mutex adapts its spin count. A wait that the spin served
-/// doubles the next spin (up to [`SPIN_BEFORE_FLAG`]); a wait that went on to the flag halves
-/// it (down to [`SPIN_MIN`]). Streams and ping-pongs, whose versions come within the spin,
-/// keep the full spin; a consumer that waits for one message per millisecond stops paying
-/// ~128 pauses per message (a probe on Zen 5: such a consumer of an SPSC ring used 0.75–0.84 %
-/// of a CPU with 128 pauses per wait, 0.55–0.70 % with 16, std's `sync_channel` 0.53–0.64 %).
+/// bought lately. A wait that the spin served restores the full spin ([`SPIN_BEFORE_FLAG`]); a
+/// wait that went on to the flag halves the next spin, down to [`SPIN_MIN`]; and at the
+/// minimum, every [`PROBE_EVERY`]th wait spins in full again, so that a pattern a longer spin
+/// would serve (answers that come after the short spin but within the long one) is found again
+/// rather than paid for with a sleep each time. Streams and ping-pongs keep the full spin; a
+/// consumer that waits for one message per millisecond stops paying 128 pauses per message (a
+/// probe on Zen 5: such a consumer of an SPSC ring used 0.75–0.84 % of a CPU with 128 pauses
+/// per wait, 0.55–0.70 % with 16, std's `sync_channel` 0.53–0.64 %). Without the probing
+/// waits, a two-CPU ping-pong that once fell to the minimum stayed there, sleeping on every
+/// round trip (5 µs instead of a few hundred ns).
 ///
-/// Halfway through its spin the waiter calls `sched_yield` once: if the thread it waits for
-/// shares its CPU (oversubscription, or both pinned to one CPU), the yield lets it run now
-/// instead of after the waiter has gone through the futex (the lab's one-CPU ping-pong in
-/// `rings`); otherwise it costs one system call that returns at once.
+/// Halfway through its spin, or after [`YIELD_BY`] pauses if sooner, the waiter calls
+/// `sched_yield` once: if the thread it waits for shares its CPU (oversubscription, or both
+/// pinned to one CPU), the yield lets it run now instead of after the waiter has gone through
+/// the futex (the lab's one-CPU ping-pong in `rings`); otherwise it costs one system call that
+/// returns at once.
 ///
-/// A hint only, shared by whoever waits on the event count: relaxed, written only when it
-/// changes (so a steady state writes nothing to the line), and a plain `std` atomic even under
-/// loom, which has nothing to check in it (the spin is empty there).
+/// The word: bits 0..8 the spin length, bits 8.. the waits that slept at the minimum. A hint
+/// only, shared by whoever waits on the event count: relaxed, written only when it changes
+/// (a stream or ping-pong served by its spin writes nothing), and a plain `std` atomic even
+/// under loom, which has nothing to check in it (the spin is empty there).
 struct SpinBudget(std::sync::atomic::AtomicU32);
+
+/// At the minimum spin, one wait in this many spins in full.
+const PROBE_EVERY: u32 = 16;
 
 impl SpinBudget {
     const fn new() -> SpinBudget {
         SpinBudget(std::sync::atomic::AtomicU32::new(SPIN_BEFORE_FLAG))
     }
 
-    /// Spin for the current budget while `poll` returns `None`; `poll`'s `Some` ends the spin
-    /// (and lengthens the next). `None`: the spin ran out (and the next is shorter).
+    /// Spin while `poll` returns `None`, for the current budget; `poll`'s `Some` ends the spin.
+    /// `None`: the spin ran out.
     #[inline]
     fn spin(&self, mut poll: impl FnMut() -> Option<u64>) -> Option<u64> {
-        let budget = self.0.load(Relaxed).clamp(SPIN_MIN, SPIN_BEFORE_FLAG);
+        let word = self.0.load(Relaxed);
+        let current = (word & 0xff).clamp(SPIN_MIN, SPIN_BEFORE_FLAG);
+        let misses = word >> 8;
+        let probe = current == SPIN_MIN && misses % PROBE_EVERY == PROBE_EVERY - 1;
+        let budget = if probe { SPIN_BEFORE_FLAG } else { current };
+        let yield_at = (budget / 2).min(YIELD_BY);
         for i in 0..budget {
             if let Some(v) = poll() {
-                if budget < SPIN_BEFORE_FLAG {
-                    self.0.store((budget * 2).min(SPIN_BEFORE_FLAG), Relaxed);
+                if word != SPIN_BEFORE_FLAG {
+                    self.0.store(SPIN_BEFORE_FLAG, Relaxed);
                 }
                 return Some(v);
             }
-            if i == budget / 2 {
+            if i == yield_at {
                 yield_now();
             } else {
                 spin_loop();
             }
         }
-        if budget > SPIN_MIN {
-            self.0.store((budget / 2).max(SPIN_MIN), Relaxed);
-        }
+        let next = if current == SPIN_MIN {
+            SPIN_MIN | (misses.wrapping_add(1) << 8)
+        } else {
+            (current / 2).max(SPIN_MIN)
+        };
+        self.0.store(next, Relaxed);
         None
     }
 }
