@@ -185,7 +185,8 @@ const SPIN_MIN: u32 = 16;
 /// 5.6 µs per round trip yielding at pause 64, 3.1 µs at 16, 2.5 µs at 4 (where a waiter on
 /// another CPU would yield before most answers arrive).
 const YIELD_BY: u32 = 16;
-/// Pause-loop iterations between the flag flip and the futex wait.
+/// Pause-loop iterations between the flag flip and the futex wait, at the full spin (see
+/// [`SpinBudget::after_flag`]).
 #[cfg(not(loom))]
 const SPIN_AFTER_FLAG: u32 = 32;
 // No spinning under loom: a spin iteration is a `yield_now` there, and loom deprioritises a
@@ -227,6 +228,14 @@ const PROBE_EVERY: u32 = 16;
 impl SpinBudget {
     const fn new() -> SpinBudget {
         SpinBudget(std::sync::atomic::AtomicU32::new(SPIN_BEFORE_FLAG))
+    }
+
+    /// Pause-loop iterations between the flag flip and the futex wait: [`SPIN_AFTER_FLAG`] at
+    /// the full spin, in proportion below it (a waiter whose waits sleep has little to gain).
+    #[inline]
+    fn after_flag(&self) -> u32 {
+        let current = (self.0.load(Relaxed) & 0xff).clamp(SPIN_MIN, SPIN_BEFORE_FLAG);
+        current * SPIN_AFTER_FLAG / SPIN_BEFORE_FLAG.max(1)
     }
 
     /// Spin while `poll` returns `None`, for the current budget; `poll`'s `Some` ends the spin.
@@ -403,7 +412,7 @@ impl Core {
 
             // Spin while the flag stands; anything else is a new version or a cleared flag.
             let mut w = flagged;
-            for _ in 0..SPIN_AFTER_FLAG {
+            for _ in 0..self.spin.after_flag() {
                 w = self.word.load(Acquire);
                 if w != flagged {
                     break;
@@ -751,7 +760,7 @@ impl SpEventCount {
             if v != old {
                 return Waited::Changed(v);
             }
-            for _ in 0..SPIN_AFTER_FLAG {
+            for _ in 0..self.spin.after_flag() {
                 if self.version.load(Acquire) != old || self.sleepers.load(Relaxed) != s {
                     break;
                 }
