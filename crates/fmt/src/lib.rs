@@ -8,19 +8,22 @@
 //! ```
 //!
 //! Switching from `itoa` is a change of import: [`Buffer::new`], [`Buffer::format`] and the
-//! sealed [`Integer`] trait have the same shape. The [`raw`] module has the original contract:
-//! write into a fixed-size array, return the length, and leave NUL bytes after the digits.
+//! sealed [`Integer`] trait have the same shape. [`append`] prints straight into a `Vec<u8>`'s
+//! spare capacity, and the [`raw`] module has the original C contract: write into a fixed-size
+//! array, return the length, leave scratch bytes after the digits.
 //!
 //! # When it is worth it
 //!
-//! When a program prints many integers in a tight loop (JSON, CSV, logs, metrics), and the
-//! integers are of varied lengths. The `itoa` crate (libcore's algorithm) writes two digits
-//! at a time from a 200-byte table and branches on the number of digits as it goes; with
-//! numbers of unpredictable length those branches mispredict, and that is where this crate
-//! gains most. On numbers of one fixed length both are a handful of nanoseconds. The lab
-//! experiment `itoa` (`spindle lab itoa`) measures both, with `std`'s `write!` and `itoap`,
-//! over the post's six input distributions and two more, on your machine; published runs are
-//! in `docs/results.md`, section *itoa*.
+//! When a program prints many integers into an output buffer (JSON, CSV, logs, metrics) and
+//! the integers are of varied lengths: use [`append`]. The `itoa` crate (libcore's algorithm)
+//! writes two digits at a time from a 200-byte table, backwards, branching once per two or
+//! four digits; its string must then be copied where it belongs. [`append`] writes every digit
+//! in place with whole-word stores and branches once per length class, and that is where the
+//! gain is. [`Buffer::format`] pays the same copy as `itoa::Buffer` and is, as a drop-in, about
+//! as fast as `itoa`: faster on small and mixed lengths, level on one fixed length. The lab experiment `itoa`
+//! (`spindle lab itoa`) measures all of this against `itoa`, `itoap` and `std`'s `write!` on
+//! the post's six input distributions and two more, on your machine; published runs are in
+//! `docs/results.md`, section *itoa*.
 //!
 //! # The algorithm
 //!
@@ -41,7 +44,11 @@
 //!    is stored whole; the bytes it shifted in past the digits are NUL, inside the scratch
 //!    space the contract reserves (10 bytes for 32 bits, 20 for 64).
 //! 6. **Beyond 10⁸** the low eight digits are printed in full after the high part, itself
-//!    printed by steps 1–5 (a pair for `u32`, eight or four digits for `u64`).
+//!    printed by steps 1–5: a pair for `u32` (`u32::MAX < 43·10⁸`). A `u64` that fits 32 bits
+//!    takes the `u32` path; a larger one is split by 10⁸ twice into a high part of up to eight
+//!    (or four, above 10¹⁶) digits and one or two groups of eight printed in full.
+//! 7. **Signs** are a `-` always stored at the first byte, the digits after it at offset 0
+//!    or 1 (`x < 0` as an integer): no branch.
 //!
 //! There is no loop and no table: the branches are the size tests of step 1, one per length
 //! class rather than one per digit.
@@ -77,12 +84,23 @@
 //!
 //! # Unsafe code
 //!
-//! One `unsafe` call, in [`Buffer::format`]: `str::from_utf8_unchecked` on bytes that are all
-//! ASCII digits or `-`, written by the call that returns them. Every store is a bounds-checked
-//! slice copy; the compiler removes the checks it can prove.
+//! The printers write `MaybeUninit<u8>` bytes, so that [`Buffer::new`] and [`append`] need not
+//! zero the scratch space first, and they only ever store initialised bytes. Three `unsafe`
+//! blocks rest on that, each with its argument beside it: viewing a caller's `[u8; N]` as
+//! `[MaybeUninit<u8>; N]` ([`raw`]); reading the `n` bytes just written as a `&str`
+//! ([`Buffer::format`]: all are ASCII digits or `-`); and `Vec::set_len` over the `n` bytes
+//! written into reserved spare capacity ([`append`]). Every store is a bounds-checked slice
+//! copy; the compiler removes the checks it can prove.
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
+
+extern crate alloc;
+
+use core::mem::MaybeUninit;
+
+/// A byte the printers write (and never read): the scratch space may be uninitialised.
+type Out = MaybeUninit<u8>;
 
 /// `0x30` (`'0'`) in every byte.
 const ZEROS: u64 = 0x3030_3030_3030_3030;
@@ -125,31 +143,32 @@ fn bcd8(x: u32) -> u64 {
 #[inline(always)]
 fn strip8(bcd: u64) -> (u64, usize) {
     debug_assert!(bcd != 0);
-    let lz = bcd.trailing_zeros() / 8;
-    ((bcd + ZEROS) >> (8 * lz), 8 - lz as usize)
+    // 8 × (number of zero bytes below the first non-zero one): the shift that drops them.
+    let shift = bcd.trailing_zeros() & !7;
+    ((bcd + ZEROS) >> shift, 8 - (shift / 8) as usize)
 }
 
 /// The same for a four-digit word.
 #[inline(always)]
 fn strip4(bcd: u32) -> (u32, usize) {
     debug_assert!(bcd != 0);
-    let lz = bcd.trailing_zeros() / 8;
-    ((bcd + ZEROS as u32) >> (8 * lz), 4 - lz as usize)
+    let shift = bcd.trailing_zeros() & !7;
+    ((bcd + ZEROS as u32) >> shift, 4 - (shift / 8) as usize)
 }
 
 #[inline(always)]
-fn put2(out: &mut [u8], at: usize, v: u16) {
-    out[at..at + 2].copy_from_slice(&v.to_le_bytes());
+fn put2(out: &mut [Out], at: usize, v: u16) {
+    out[at..at + 2].write_copy_of_slice(&v.to_le_bytes());
 }
 
 #[inline(always)]
-fn put4(out: &mut [u8], at: usize, v: u32) {
-    out[at..at + 4].copy_from_slice(&v.to_le_bytes());
+fn put4(out: &mut [Out], at: usize, v: u32) {
+    out[at..at + 4].write_copy_of_slice(&v.to_le_bytes());
 }
 
 #[inline(always)]
-fn put8(out: &mut [u8], at: usize, v: u64) {
-    out[at..at + 8].copy_from_slice(&v.to_le_bytes());
+fn put8(out: &mut [Out], at: usize, v: u64) {
+    out[at..at + 8].write_copy_of_slice(&v.to_le_bytes());
 }
 
 /// The contract of the original C functions: write into a fixed-size array, return the
@@ -172,8 +191,10 @@ pub mod raw {
     pub const U128_LEN: usize = 39;
 
     /// `an_itoa`: prints `x` at the start of `out`, returns its length.
-    #[inline]
-    pub fn write_u32(out: &mut [u8; U32_LEN], x: u32) -> usize {
+    ///
+    /// Inlined: small numbers run only the first few instructions, in the caller's loop.
+    #[inline(always)]
+    pub(crate) fn u32_into(out: &mut [Out; U32_LEN], x: u32) -> usize {
         if x < 100 {
             let (w, n) = pair(x);
             put2(out, 0, w);
@@ -184,28 +205,33 @@ pub mod raw {
             put4(out, 0, w);
             return n;
         }
-        // The low eight digits are needed on both sides of the next test: making them first
-        // gives the processor work to do while the branch resolves.
-        let low = bcd8(x % 100_000_000);
         if x < 100_000_000 {
-            let (w, n) = strip8(low);
+            let (w, n) = strip8(bcd8(x));
             put8(out, 0, w);
             return n;
         }
         // u32::MAX < 43·10⁸: the high part is a pair.
-        let (w, n) = pair(x / 100_000_000);
+        let hi = x / 100_000_000;
+        let (w, n) = pair(hi);
         put2(out, 0, w);
-        put8(out, n, low + ZEROS);
+        put8(out, n, bcd8(x - hi * 100_000_000) + ZEROS);
         n + 8
     }
 
     /// `an_ltoa`: prints `x` at the start of `out`, returns its length.
-    #[inline]
-    pub fn write_u64(out: &mut [u8; U64_LEN], x: u64) -> usize {
-        if x < 100_000_000 {
-            let head: &mut [u8; U32_LEN] = out.first_chunk_mut().expect("20 ≥ 10");
-            return write_u32(head, x as u32);
+    ///
+    /// Values that fit 32 bits take [`write_u32`]'s path, inlined; larger ones call a function.
+    #[inline(always)]
+    pub(crate) fn u64_into(out: &mut [Out; U64_LEN], x: u64) -> usize {
+        match u32::try_from(x) {
+            Ok(x) => u32_into(out.first_chunk_mut().expect("20 ≥ 10"), x),
+            Err(_) => u64_large_into(out, x),
         }
+    }
+
+    /// `x > u32::MAX`: ten digits or more.
+    #[inline(always)]
+    fn u64_large_into(out: &mut [Out; U64_LEN], x: u64) -> usize {
         let hi = x / 100_000_000;
         let low = bcd8((x - hi * 100_000_000) as u32);
         if hi < 100_000_000 {
@@ -225,19 +251,19 @@ pub mod raw {
     }
 
     /// A simpler path for 128 bits: up to three 16-digit chunks, split by 128-bit divisions.
-    pub fn write_u128(out: &mut [u8; U128_LEN], x: u128) -> usize {
-        let head: &mut [u8; U64_LEN] = out.first_chunk_mut().expect("39 ≥ 20");
+    pub(crate) fn u128_into(out: &mut [Out; U128_LEN], x: u128) -> usize {
+        let head: &mut [Out; U64_LEN] = out.first_chunk_mut().expect("39 ≥ 20");
         if let Ok(x) = u64::try_from(x) {
-            return write_u64(head, x);
+            return u64_into(head, x);
         }
         const E16: u128 = 10_000_000_000_000_000;
         let low = (x % E16) as u64;
         let rest = x / E16;
         // x ≥ 2⁶⁴ > 10¹⁹, so rest ≥ 1000; u128::MAX < 3.5·10³⁸, so rest / 10¹⁶ < 10⁷.
         let n = match u64::try_from(rest / E16).expect("< 10⁷") {
-            0 => write_u64(head, rest as u64),
+            0 => u64_into(head, rest as u64),
             top => {
-                let n = write_u64(head, top);
+                let n = u64_into(head, top);
                 put16(out, n, (rest % E16) as u64);
                 n + 16
             }
@@ -248,7 +274,7 @@ pub mod raw {
 
     /// Exactly 16 digits of `x < 10¹⁶`, leading zeros included.
     #[inline]
-    fn put16(out: &mut [u8], at: usize, x: u64) {
+    fn put16(out: &mut [Out], at: usize, x: u64) {
         let hi = (x / 100_000_000) as u32;
         let lo = (x % 100_000_000) as u32;
         put8(out, at, bcd8(hi) + ZEROS);
@@ -257,28 +283,72 @@ pub mod raw {
 
     /// Prints `x` at the start of `out` (a `-` first when negative), returns its length.
     #[inline]
-    pub fn write_i32(out: &mut [u8; U32_LEN + 1], x: i32) -> usize {
+    pub(crate) fn i32_into(out: &mut [Out; U32_LEN + 1], x: i32) -> usize {
         let neg = usize::from(x < 0);
-        out[0] = b'-';
-        let digits: &mut [u8; U32_LEN] = (&mut out[neg..neg + U32_LEN]).try_into().expect("10");
-        neg + write_u32(digits, x.unsigned_abs())
+        out[0].write(b'-');
+        let digits: &mut [Out; U32_LEN] = (&mut out[neg..neg + U32_LEN]).try_into().expect("10");
+        neg + u32_into(digits, x.unsigned_abs())
     }
 
     /// Prints `x` at the start of `out` (a `-` first when negative), returns its length.
     #[inline]
-    pub fn write_i64(out: &mut [u8; U64_LEN + 1], x: i64) -> usize {
+    pub(crate) fn i64_into(out: &mut [Out; U64_LEN + 1], x: i64) -> usize {
         let neg = usize::from(x < 0);
-        out[0] = b'-';
-        let digits: &mut [u8; U64_LEN] = (&mut out[neg..neg + U64_LEN]).try_into().expect("20");
-        neg + write_u64(digits, x.unsigned_abs())
+        out[0].write(b'-');
+        let digits: &mut [Out; U64_LEN] = (&mut out[neg..neg + U64_LEN]).try_into().expect("20");
+        neg + u64_into(digits, x.unsigned_abs())
+    }
+
+    /// Prints `x` at the start of `out` (a `-` first when negative), returns its length.
+    pub(crate) fn i128_into(out: &mut [Out; U128_LEN + 1], x: i128) -> usize {
+        let neg = usize::from(x < 0);
+        out[0].write(b'-');
+        let digits: &mut [Out; U128_LEN] = (&mut out[neg..neg + U128_LEN]).try_into().expect("39");
+        neg + u128_into(digits, x.unsigned_abs())
+    }
+
+    /// `out` as write-only bytes for the printers above.
+    #[inline(always)]
+    fn as_out<const N: usize>(out: &mut [u8; N]) -> &mut [Out; N] {
+        // SAFETY: `MaybeUninit<u8>` has the size, alignment and validity of `u8` plus more, and
+        // the printers only ever store initialised bytes through what they are given (the
+        // `put` functions copy from byte arrays; the sign is `write(b'-')`), so `out` holds
+        // initialised bytes again when this borrow ends.
+        unsafe { &mut *(out as *mut [u8; N]).cast::<[Out; N]>() }
+    }
+
+    /// `an_itoa`: prints `x` at the start of `out`, returns its length.
+    #[inline(always)]
+    pub fn write_u32(out: &mut [u8; U32_LEN], x: u32) -> usize {
+        u32_into(as_out(out), x)
+    }
+
+    /// `an_ltoa`: prints `x` at the start of `out`, returns its length.
+    #[inline(always)]
+    pub fn write_u64(out: &mut [u8; U64_LEN], x: u64) -> usize {
+        u64_into(as_out(out), x)
+    }
+
+    /// Prints `x` at the start of `out`, returns its length.
+    pub fn write_u128(out: &mut [u8; U128_LEN], x: u128) -> usize {
+        u128_into(as_out(out), x)
+    }
+
+    /// Prints `x` at the start of `out` (a `-` first when negative), returns its length.
+    #[inline(always)]
+    pub fn write_i32(out: &mut [u8; U32_LEN + 1], x: i32) -> usize {
+        i32_into(as_out(out), x)
+    }
+
+    /// Prints `x` at the start of `out` (a `-` first when negative), returns its length.
+    #[inline(always)]
+    pub fn write_i64(out: &mut [u8; U64_LEN + 1], x: i64) -> usize {
+        i64_into(as_out(out), x)
     }
 
     /// Prints `x` at the start of `out` (a `-` first when negative), returns its length.
     pub fn write_i128(out: &mut [u8; U128_LEN + 1], x: i128) -> usize {
-        let neg = usize::from(x < 0);
-        out[0] = b'-';
-        let digits: &mut [u8; U128_LEN] = (&mut out[neg..neg + U128_LEN]).try_into().expect("39");
-        neg + write_u128(digits, x.unsigned_abs())
+        i128_into(as_out(out), x)
     }
 }
 
@@ -298,7 +368,7 @@ const BUFFER_LEN: usize = 40;
 /// ```
 #[derive(Clone, Copy)]
 pub struct Buffer {
-    bytes: [u8; BUFFER_LEN],
+    bytes: [Out; BUFFER_LEN],
 }
 
 impl Default for Buffer {
@@ -318,20 +388,45 @@ impl Buffer {
     #[inline]
     pub fn new() -> Buffer {
         Buffer {
-            bytes: [0; BUFFER_LEN],
+            bytes: [MaybeUninit::uninit(); BUFFER_LEN],
         }
     }
 
     /// Prints `i` into this buffer and returns the decimal string.
-    #[inline]
+    #[inline(always)]
     pub fn format<I: Integer>(&mut self, i: I) -> &str {
         let n = i.write(&mut self.bytes);
-        let digits = &self.bytes[..n];
-        // SAFETY: `write` stored every byte of `bytes[..n]` in this call, each an ASCII digit
-        // (`0x30` plus a digit value 0..=9, see the crate documentation) or `-`, so the bytes
-        // are valid UTF-8. Only bytes past `n` may be NUL padding.
-        unsafe { core::str::from_utf8_unchecked(digits) }
+        let digits: *const [Out] = &self.bytes[..n];
+        // SAFETY: `write` stored every byte of `bytes[..n]` in this call, so they are
+        // initialised and may be read as `u8` (same layout); each is an ASCII digit (`0x30`
+        // plus a digit value 0..=9, see the crate documentation) or `-`, so they are valid
+        // UTF-8. Bytes past `n` may be uninitialised or NUL and are not part of the result.
+        unsafe { core::str::from_utf8_unchecked(&*(digits as *const [u8])) }
     }
+}
+
+/// Appends the decimal string of `i` to `out`, printing straight into its spare capacity
+/// (the [`raw`] contract: no copy through a buffer). Reserves room for the longest string.
+///
+/// ```
+/// let mut json = b"{\"id\":".to_vec();
+/// spindle_fmt::append(&mut json, 1_404_172_800u64);
+/// json.push(b'}');
+/// assert_eq!(json, b"{\"id\":1404172800}");
+/// ```
+#[inline(always)]
+pub fn append<I: Integer>(out: &mut alloc::vec::Vec<u8>, i: I) {
+    out.reserve(BUFFER_LEN);
+    let len = out.len();
+    let spare: &mut [Out; BUFFER_LEN] = out
+        .spare_capacity_mut()
+        .first_chunk_mut()
+        .expect("reserved above");
+    let n = i.write(spare);
+    assert!(n <= BUFFER_LEN);
+    // SAFETY: `write` initialised `spare[..n]`, which is `out`'s memory from `len` to `len + n`,
+    // within the capacity reserved above (n ≤ BUFFER_LEN, checked).
+    unsafe { out.set_len(len + n) }
 }
 
 /// An integer that [`Buffer::format`] prints. Sealed: implemented for every primitive integer.
@@ -343,13 +438,13 @@ pub trait Integer: private::Sealed {
 mod private {
     pub trait Sealed: Copy {
         /// Prints at the start of `out`, returns the length.
-        fn write(self, out: &mut [u8; super::BUFFER_LEN]) -> usize;
+        fn write(self, out: &mut [super::Out; super::BUFFER_LEN]) -> usize;
     }
 }
 
 /// `out`'s first `N` bytes as an array (every `N` used here is at most the buffer's length).
 #[inline(always)]
-fn head<const N: usize>(out: &mut [u8; BUFFER_LEN]) -> &mut [u8; N] {
+fn head<const N: usize>(out: &mut [Out; BUFFER_LEN]) -> &mut [Out; N] {
     out.first_chunk_mut().expect("N ≤ BUFFER_LEN")
 }
 
@@ -360,7 +455,7 @@ macro_rules! integer {
         }
         impl private::Sealed for $t {
             #[inline(always)]
-            fn write(self, $out: &mut [u8; BUFFER_LEN]) -> usize {
+            fn write(self, $out: &mut [Out; BUFFER_LEN]) -> usize {
                 let $x = self;
                 $write
             }
@@ -369,18 +464,18 @@ macro_rules! integer {
 }
 
 integer! {
-    u8 => 3, |x, out| raw::write_u32(head(out), u32::from(x));
-    u16 => 5, |x, out| raw::write_u32(head(out), u32::from(x));
-    u32 => 10, |x, out| raw::write_u32(head(out), x);
-    u64 => 20, |x, out| raw::write_u64(head(out), x);
-    u128 => 39, |x, out| raw::write_u128(head(out), x);
-    usize => 20, |x, out| raw::write_u64(head(out), x as u64);
-    i8 => 4, |x, out| raw::write_i32(head(out), i32::from(x));
-    i16 => 6, |x, out| raw::write_i32(head(out), i32::from(x));
-    i32 => 11, |x, out| raw::write_i32(head(out), x);
-    i64 => 20, |x, out| raw::write_i64(head(out), x);
-    i128 => 40, |x, out| raw::write_i128(head(out), x);
-    isize => 20, |x, out| raw::write_i64(head(out), x as i64);
+    u8 => 3, |x, out| raw::u32_into(head(out), u32::from(x));
+    u16 => 5, |x, out| raw::u32_into(head(out), u32::from(x));
+    u32 => 10, |x, out| raw::u32_into(head(out), x);
+    u64 => 20, |x, out| raw::u64_into(head(out), x);
+    u128 => 39, |x, out| raw::u128_into(head(out), x);
+    usize => 20, |x, out| raw::u64_into(head(out), x as u64);
+    i8 => 4, |x, out| raw::i32_into(head(out), i32::from(x));
+    i16 => 6, |x, out| raw::i32_into(head(out), i32::from(x));
+    i32 => 11, |x, out| raw::i32_into(head(out), x);
+    i64 => 20, |x, out| raw::i64_into(head(out), x);
+    i128 => 40, |x, out| raw::i128_into(head(out), x);
+    isize => 20, |x, out| raw::i64_into(head(out), x as i64);
 }
 
 // usize and isize are printed as 64-bit values: this crate targets 64-bit platforms.

@@ -247,3 +247,35 @@ fn raw_signed_forms_leave_the_sign_then_the_digits() {
         assert_eq!(&out64[..n], x.to_string().as_bytes());
     }
 }
+
+#[test]
+fn append_writes_what_format_returns() {
+    let mut rng = SplitMix(7);
+    let mut buf = Buffer::new();
+    let mut out = Vec::new();
+    let mut expect = String::new();
+    for i in 0..1_000_000 {
+        if i % 1000 == 0 {
+            out.clear();
+            expect.clear();
+        }
+        let x = rng.value();
+        spindle_fmt::append(&mut out, x);
+        spindle_fmt::append(&mut out, x as i64);
+        spindle_fmt::append(&mut out, x as u32);
+        spindle_fmt::append(&mut out, x as i8);
+        out.push(b',');
+        for s in [
+            buf.format(x).to_string(),
+            buf.format(x as i64).to_string(),
+            buf.format(x as u32).to_string(),
+            buf.format(x as i8).to_string(),
+        ] {
+            expect.push_str(&s);
+        }
+        expect.push(',');
+        if i % 1000 == 999 {
+            assert_eq!(out, expect.as_bytes());
+        }
+    }
+}
