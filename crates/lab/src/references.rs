@@ -100,3 +100,12 @@ pub const SAMPLING: Doc = Doc {
     venue: "Incubaid blog",
     machine: "not stated; OCaml, p = 10 000, 100 000 samples per size",
 };
+
+pub const PRINTING_INTEGERS: Doc = Doc {
+    id: "khuong-2017-itoa",
+    title: "How to print integers really fast (with open source AppNexus code!)",
+    author: "Paul Khuong",
+    year: Some(2017),
+    venue: "pvk.ca",
+    machine: "2.4 GHz Intel Xeon E5-2630L, unloaded; C, 10 000 timed conversions per distribution, code hot",
+};

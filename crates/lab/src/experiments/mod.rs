@@ -5,6 +5,7 @@ mod affinity;
 mod contention;
 mod eventcount;
 mod fences;
+mod itoa;
 mod locks;
 mod rings;
 mod sampler;
@@ -26,6 +27,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(affinity::Affinity),
         Box::new(spawn::Spawn),
         Box::new(sampler::Sampler),
+        Box::new(itoa::Itoa),
     ]
 }
 
@@ -34,10 +36,6 @@ pub const PLANNED: &[(&str, &str)] = &[
     (
         "percpu",
         "per-CPU counters on restartable sequences vs atomics and thread-locals",
-    ),
-    (
-        "itoa",
-        "integer formatting: an_itoa vs the itoa crate vs std",
     ),
     ("alloc", "trace-driven allocator benchmark"),
 ];

@@ -1,0 +1,525 @@
+//! Decimal integer printing without a lookup table: `an_itoa`/`an_ltoa` (Paul Khuong and John
+//! Wittrock, AppNexus, 2014), behind the [`itoa`](https://docs.rs/itoa) crate's API.
+//!
+//! ```
+//! let mut buf = spindle_fmt::Buffer::new();
+//! assert_eq!(buf.format(1_404_172_800u32), "1404172800");
+//! assert_eq!(buf.format(-42i8), "-42");
+//! ```
+//!
+//! Switching from `itoa` is a change of import: [`Buffer::new`], [`Buffer::format`] and the
+//! sealed [`Integer`] trait have the same shape. [`append`] prints straight into a `Vec<u8>`'s
+//! spare capacity, and the [`raw`] module has the original C contract: write into a fixed-size
+//! array, return the length, leave scratch bytes after the digits.
+//!
+//! # When it is worth it
+//!
+//! When a program prints many integers into an output buffer (JSON, CSV, logs, metrics) and
+//! the integers are of varied lengths: use [`append`]. The `itoa` crate (libcore's algorithm)
+//! writes two digits at a time from a 200-byte table, backwards, branching once per two or
+//! four digits; its string must then be copied where it belongs. [`append`] writes every digit
+//! in place with whole-word stores and branches once per length class, and that is where the
+//! gain is. [`Buffer::format`] pays the same copy as `itoa::Buffer` and is, as a drop-in, about
+//! as fast as `itoa`: faster on small and mixed lengths, level on one fixed length. The lab experiment `itoa`
+//! (`spindle lab itoa`) measures all of this against `itoa`, `itoap` and `std`'s `write!` on
+//! the post's six input distributions and two more, on your machine; published runs are in
+//! `docs/results.md`, section *itoa*.
+//!
+//! # The algorithm
+//!
+//! Digits are made two at a time (radix 100) and turned into characters inside a general
+//! purpose register, several groups at once (SIMD within a register), with no table:
+//!
+//! 1. **Split on size**: `x < 100`, `x < 10⁴`, `x < 10⁸`, and beyond. Small numbers, the
+//!    common case, run only the first few instructions; larger ones jump over them.
+//! 2. **Split into groups** of at most four digits: `x = hi·10⁴ + lo`, then each of `hi`, `lo`
+//!    into two-digit *pairs* `v = q·100 + r`, all in 16-bit lanes of one `u64`:
+//!    `[hi/100, hi%100, lo/100, lo%100]`.
+//! 3. **Unpacked BCD**: each pair lane `v < 100` becomes the two bytes `[v/10, v%10]`, every lane
+//!    at once, with one multiply by a fixed-point 1/10.
+//! 4. **ASCII**: add `0x30` to every byte (`0x3030…30`). No byte carries: digits are at most 9.
+//! 5. **Leading zeros**: the bytes are in printing order from the least significant byte
+//!    (x86-64 is little-endian), so the leading zero digits are the *trailing* zero bytes of
+//!    the BCD word: `trailing_zeros / 8` counts them, and a right shift removes them. The word
+//!    is stored whole; the bytes it shifted in past the digits are NUL, inside the scratch
+//!    space the contract reserves (10 bytes for 32 bits, 20 for 64).
+//! 6. **Beyond 10⁸** the low eight digits are printed in full after the high part, itself
+//!    printed by steps 1–5: a pair for `u32` (`u32::MAX < 43·10⁸`). A `u64` that fits 32 bits
+//!    takes the `u32` path; a larger one is split by 10⁸ twice into a high part of up to eight
+//!    (or four, above 10¹⁶) digits and one or two groups of eight printed in full.
+//! 7. **Signs** are a `-` always stored at the first byte, the digits after it at offset 0
+//!    or 1 (`x < 0` as an integer): no branch.
+//!
+//! There is no loop and no table: the branches are the size tests of step 1, one per length
+//! class rather than one per digit.
+//!
+//! # Why each step is exact
+//!
+//! All divisions by 10 and 100 are fixed-point multiplications, each exact on a range that
+//! contains every value it is applied to; the tests check each range exhaustively, and
+//! `tests/exhaustive.rs` compares every `u32` with `std`.
+//!
+//! - `v / 10 == (v · 103) >> 10` for `0 ≤ v < 179` (first failure: 179); applied to `v < 100`.
+//!   103/1024 exceeds 1/10 by 0.000586, so the error `v · 0.000586 ≤ 0.058` stays below the
+//!   smallest gap `1/10` between `v/10`'s fractional part (at most 0.9) and the next integer.
+//! - `v / 100 == (v · 5243) >> 19` for `0 ≤ v < 43 699`; applied to `v < 10⁴`.
+//!
+//! Lane discipline, for the multiplies done on several lanes of one word at once:
+//!
+//! - *Division by 100 on two 32-bit lanes* (`y = hi | lo << 32`, `hi, lo < 10⁴`): each lane's
+//!   product is below `9999 · 5243 < 2²⁶`, so it does not reach the next lane; after `>> 19`
+//!   the upper lane's product lands in bits 13 and up of the lower lane, above the 7-bit
+//!   quotient (`≤ 99`) that the mask `0x7F` keeps.
+//! - *Pairs*: `(y << 16) − q · (100·2¹⁶ − 1)` gives, per 32-bit lane, `q + (v − 100q)·2¹⁶`, a
+//!   non-negative value below 2²³: no borrow crosses lanes, and each 16-bit lane holds `< 100`.
+//! - *Division by 10 on four 16-bit lanes*: each lane's product is below `99 · 103 < 2¹⁴`;
+//!   after `>> 10` the bits that come down from the next lane start at bit 6, above the 4-bit
+//!   quotient the mask `0x000F` keeps.
+//! - *BCD*: `(pairs << 8) − 2559 · t` gives, per 16-bit lane, `256v − 2559t = 256(v − 10t) + t`,
+//!   the tens digit in the low byte and the units in the high byte: non-negative, below 2¹²,
+//!   and `2559 · 9 < 2¹⁶`, so again no borrow crosses lanes.
+//!
+//! The leading-zero count of step 5 needs a non-zero word, which every path has: the pair path
+//! (`x < 100`) uses a comparison instead (`x < 10`), and the others run for `x ≥ 100`.
+//!
+//! # Unsafe code
+//!
+//! The printers write `MaybeUninit<u8>` bytes, so that [`Buffer::new`] and [`append`] need not
+//! zero the scratch space first, and they only ever store initialised bytes. Three `unsafe`
+//! blocks rest on that, each with its argument beside it: viewing a caller's `[u8; N]` as
+//! `[MaybeUninit<u8>; N]` ([`raw`]); reading the `n` bytes just written as a `&str`
+//! ([`Buffer::format`]: all are ASCII digits or `-`); and `Vec::set_len` over the `n` bytes
+//! written into reserved spare capacity ([`append`]). Every store is a bounds-checked slice
+//! copy; the compiler removes the checks it can prove.
+#![no_std]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+extern crate alloc;
+
+use core::mem::MaybeUninit;
+
+/// A byte the printers write (and never read): the scratch space may be uninitialised.
+type Out = MaybeUninit<u8>;
+
+/// `0x30` (`'0'`) in every byte.
+const ZEROS: u64 = 0x3030_3030_3030_3030;
+
+/// `x < 100` as ASCII in the low bytes of the result (no leading zero; a NUL after one digit),
+/// and its length.
+#[inline(always)]
+fn pair(x: u32) -> (u16, usize) {
+    debug_assert!(x < 100);
+    let tens = (x * 103) >> 10;
+    let bcd = (x << 8) - 2559 * tens; // [tens, units]
+    let lz = u32::from(x < 10);
+    (((bcd + 0x3030) >> (8 * lz)) as u16, 2 - lz as usize)
+}
+
+/// `x < 10⁴` as four BCD bytes, most significant digit in the low byte, leading zeros kept.
+#[inline(always)]
+fn bcd4(x: u32) -> u32 {
+    debug_assert!(x < 10_000);
+    let q = (x * 5243) >> 19; // x / 100
+    let pairs = (x << 16) - 6_553_599 * q; // [x / 100, x % 100] in 16-bit lanes
+    let tens = ((pairs * 103) >> 10) & 0x000F_000F;
+    (pairs << 8) - 2559 * tens
+}
+
+/// `x < 10⁸` as eight BCD bytes, most significant digit in the low byte, leading zeros kept.
+#[inline(always)]
+fn bcd8(x: u32) -> u64 {
+    debug_assert!(x < 100_000_000);
+    let hi = x / 10_000;
+    let lo = x - 10_000 * hi;
+    let y = u64::from(hi) | u64::from(lo) << 32; // two 32-bit lanes
+    let q = ((y * 5243) >> 19) & 0x0000_007F_0000_007F; // each lane / 100
+    let pairs = (y << 16) - 6_553_599 * q; // four 16-bit lanes, each < 100
+    let tens = ((pairs * 103) >> 10) & 0x000F_000F_000F_000F;
+    (pairs << 8) - 2559 * tens
+}
+
+/// ASCII of a non-zero BCD word with its leading zero digits shifted out, and its length.
+#[inline(always)]
+fn strip8(bcd: u64) -> (u64, usize) {
+    debug_assert!(bcd != 0);
+    // 8 × (number of zero bytes below the first non-zero one): the shift that drops them.
+    let shift = bcd.trailing_zeros() & !7;
+    ((bcd + ZEROS) >> shift, 8 - (shift / 8) as usize)
+}
+
+/// The same for a four-digit word.
+#[inline(always)]
+fn strip4(bcd: u32) -> (u32, usize) {
+    debug_assert!(bcd != 0);
+    let shift = bcd.trailing_zeros() & !7;
+    ((bcd + ZEROS as u32) >> shift, 4 - (shift / 8) as usize)
+}
+
+#[inline(always)]
+fn put2(out: &mut [Out], at: usize, v: u16) {
+    out[at..at + 2].write_copy_of_slice(&v.to_le_bytes());
+}
+
+#[inline(always)]
+fn put4(out: &mut [Out], at: usize, v: u32) {
+    out[at..at + 4].write_copy_of_slice(&v.to_le_bytes());
+}
+
+#[inline(always)]
+fn put8(out: &mut [Out], at: usize, v: u64) {
+    out[at..at + 8].write_copy_of_slice(&v.to_le_bytes());
+}
+
+/// The contract of the original C functions: write into a fixed-size array, return the
+/// number of characters. The bytes after them, up to the end of the array, may be
+/// overwritten (with NUL bytes): the whole array is scratch space, even for small numbers.
+///
+/// ```
+/// let mut out = [0u8; 20];
+/// let n = spindle_fmt::raw::write_u64(&mut out, 18_446_744_073_709_551_615);
+/// assert_eq!(&out[..n], b"18446744073709551615");
+/// ```
+pub mod raw {
+    use super::*;
+
+    /// Scratch bytes [`write_u32`] needs: the length of `u32::MAX`.
+    pub const U32_LEN: usize = 10;
+    /// Scratch bytes [`write_u64`] needs: the length of `u64::MAX`.
+    pub const U64_LEN: usize = 20;
+    /// Scratch bytes [`write_u128`] needs: the length of `u128::MAX`.
+    pub const U128_LEN: usize = 39;
+
+    /// `an_itoa`: prints `x` at the start of `out`, returns its length.
+    ///
+    /// Inlined: small numbers run only the first few instructions, in the caller's loop.
+    #[inline(always)]
+    pub(crate) fn u32_into(out: &mut [Out; U32_LEN], x: u32) -> usize {
+        if x < 100 {
+            let (w, n) = pair(x);
+            put2(out, 0, w);
+            return n;
+        }
+        if x < 10_000 {
+            let (w, n) = strip4(bcd4(x));
+            put4(out, 0, w);
+            return n;
+        }
+        if x < 100_000_000 {
+            let (w, n) = strip8(bcd8(x));
+            put8(out, 0, w);
+            return n;
+        }
+        // u32::MAX < 43·10⁸: the high part is a pair.
+        let hi = x / 100_000_000;
+        let (w, n) = pair(hi);
+        put2(out, 0, w);
+        put8(out, n, bcd8(x - hi * 100_000_000) + ZEROS);
+        n + 8
+    }
+
+    /// `an_ltoa`: prints `x` at the start of `out`, returns its length.
+    ///
+    /// Values that fit 32 bits take [`write_u32`]'s path, inlined; larger ones call a function.
+    #[inline(always)]
+    pub(crate) fn u64_into(out: &mut [Out; U64_LEN], x: u64) -> usize {
+        match u32::try_from(x) {
+            Ok(x) => u32_into(out.first_chunk_mut().expect("20 ≥ 10"), x),
+            Err(_) => u64_large_into(out, x),
+        }
+    }
+
+    /// `x > u32::MAX`: ten digits or more.
+    #[inline(always)]
+    fn u64_large_into(out: &mut [Out; U64_LEN], x: u64) -> usize {
+        let hi = x / 100_000_000;
+        let low = bcd8((x - hi * 100_000_000) as u32);
+        if hi < 100_000_000 {
+            let (w, n) = strip8(bcd8(hi as u32));
+            put8(out, 0, w);
+            put8(out, n, low + ZEROS);
+            return n + 8;
+        }
+        // u64::MAX < 1845·10¹⁶: the high part has at most four digits.
+        let top = (hi / 100_000_000) as u32;
+        let mid = bcd8((hi % 100_000_000) as u32);
+        let (w, n) = strip4(bcd4(top));
+        put4(out, 0, w);
+        put8(out, n, mid + ZEROS);
+        put8(out, n + 8, low + ZEROS);
+        n + 16
+    }
+
+    /// A simpler path for 128 bits: up to three 16-digit chunks, split by 128-bit divisions.
+    pub(crate) fn u128_into(out: &mut [Out; U128_LEN], x: u128) -> usize {
+        let head: &mut [Out; U64_LEN] = out.first_chunk_mut().expect("39 ≥ 20");
+        if let Ok(x) = u64::try_from(x) {
+            return u64_into(head, x);
+        }
+        const E16: u128 = 10_000_000_000_000_000;
+        let low = (x % E16) as u64;
+        let rest = x / E16;
+        // x ≥ 2⁶⁴ > 10¹⁹, so rest ≥ 1000; u128::MAX < 3.5·10³⁸, so rest / 10¹⁶ < 10⁷.
+        let n = match u64::try_from(rest / E16).expect("< 10⁷") {
+            0 => u64_into(head, rest as u64),
+            top => {
+                let n = u64_into(head, top);
+                put16(out, n, (rest % E16) as u64);
+                n + 16
+            }
+        };
+        put16(out, n, low);
+        n + 16
+    }
+
+    /// Exactly 16 digits of `x < 10¹⁶`, leading zeros included.
+    #[inline]
+    fn put16(out: &mut [Out], at: usize, x: u64) {
+        let hi = (x / 100_000_000) as u32;
+        let lo = (x % 100_000_000) as u32;
+        put8(out, at, bcd8(hi) + ZEROS);
+        put8(out, at + 8, bcd8(lo) + ZEROS);
+    }
+
+    /// Prints `x` at the start of `out` (a `-` first when negative), returns its length.
+    #[inline]
+    pub(crate) fn i32_into(out: &mut [Out; U32_LEN + 1], x: i32) -> usize {
+        let neg = usize::from(x < 0);
+        out[0].write(b'-');
+        let digits: &mut [Out; U32_LEN] = (&mut out[neg..neg + U32_LEN]).try_into().expect("10");
+        neg + u32_into(digits, x.unsigned_abs())
+    }
+
+    /// Prints `x` at the start of `out` (a `-` first when negative), returns its length.
+    #[inline]
+    pub(crate) fn i64_into(out: &mut [Out; U64_LEN + 1], x: i64) -> usize {
+        let neg = usize::from(x < 0);
+        out[0].write(b'-');
+        let digits: &mut [Out; U64_LEN] = (&mut out[neg..neg + U64_LEN]).try_into().expect("20");
+        neg + u64_into(digits, x.unsigned_abs())
+    }
+
+    /// Prints `x` at the start of `out` (a `-` first when negative), returns its length.
+    pub(crate) fn i128_into(out: &mut [Out; U128_LEN + 1], x: i128) -> usize {
+        let neg = usize::from(x < 0);
+        out[0].write(b'-');
+        let digits: &mut [Out; U128_LEN] = (&mut out[neg..neg + U128_LEN]).try_into().expect("39");
+        neg + u128_into(digits, x.unsigned_abs())
+    }
+
+    /// `out` as write-only bytes for the printers above.
+    #[inline(always)]
+    fn as_out<const N: usize>(out: &mut [u8; N]) -> &mut [Out; N] {
+        // SAFETY: `MaybeUninit<u8>` has the size, alignment and validity of `u8` plus more, and
+        // the printers only ever store initialised bytes through what they are given (the
+        // `put` functions copy from byte arrays; the sign is `write(b'-')`), so `out` holds
+        // initialised bytes again when this borrow ends.
+        unsafe { &mut *(out as *mut [u8; N]).cast::<[Out; N]>() }
+    }
+
+    /// `an_itoa`: prints `x` at the start of `out`, returns its length.
+    #[inline(always)]
+    pub fn write_u32(out: &mut [u8; U32_LEN], x: u32) -> usize {
+        u32_into(as_out(out), x)
+    }
+
+    /// `an_ltoa`: prints `x` at the start of `out`, returns its length.
+    #[inline(always)]
+    pub fn write_u64(out: &mut [u8; U64_LEN], x: u64) -> usize {
+        u64_into(as_out(out), x)
+    }
+
+    /// Prints `x` at the start of `out`, returns its length.
+    pub fn write_u128(out: &mut [u8; U128_LEN], x: u128) -> usize {
+        u128_into(as_out(out), x)
+    }
+
+    /// Prints `x` at the start of `out` (a `-` first when negative), returns its length.
+    #[inline(always)]
+    pub fn write_i32(out: &mut [u8; U32_LEN + 1], x: i32) -> usize {
+        i32_into(as_out(out), x)
+    }
+
+    /// Prints `x` at the start of `out` (a `-` first when negative), returns its length.
+    #[inline(always)]
+    pub fn write_i64(out: &mut [u8; U64_LEN + 1], x: i64) -> usize {
+        i64_into(as_out(out), x)
+    }
+
+    /// Prints `x` at the start of `out` (a `-` first when negative), returns its length.
+    pub fn write_i128(out: &mut [u8; U128_LEN + 1], x: i128) -> usize {
+        i128_into(as_out(out), x)
+    }
+}
+
+/// The longest string any [`Integer`] prints: `i128::MIN`, 40 characters.
+const BUFFER_LEN: usize = 40;
+
+/// A place to print integers into; cheap to make, reusable.
+///
+/// ```
+/// let mut buf = spindle_fmt::Buffer::new();
+/// let mut line = String::new();
+/// for x in [0u64, 7, 100, u64::MAX] {
+///     line.push_str(buf.format(x));
+///     line.push(' ');
+/// }
+/// assert_eq!(line, "0 7 100 18446744073709551615 ");
+/// ```
+#[derive(Clone, Copy)]
+pub struct Buffer {
+    bytes: [Out; BUFFER_LEN],
+}
+
+impl Default for Buffer {
+    #[inline]
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl core::fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("Buffer")
+    }
+}
+
+impl Buffer {
+    #[inline]
+    pub fn new() -> Buffer {
+        Buffer {
+            bytes: [MaybeUninit::uninit(); BUFFER_LEN],
+        }
+    }
+
+    /// Prints `i` into this buffer and returns the decimal string.
+    #[inline(always)]
+    pub fn format<I: Integer>(&mut self, i: I) -> &str {
+        let n = i.write(&mut self.bytes);
+        let digits: *const [Out] = &self.bytes[..n];
+        // SAFETY: `write` stored every byte of `bytes[..n]` in this call, so they are
+        // initialised and may be read as `u8` (same layout); each is an ASCII digit (`0x30`
+        // plus a digit value 0..=9, see the crate documentation) or `-`, so they are valid
+        // UTF-8. Bytes past `n` may be uninitialised or NUL and are not part of the result.
+        unsafe { core::str::from_utf8_unchecked(&*(digits as *const [u8])) }
+    }
+}
+
+/// Appends the decimal string of `i` to `out`, printing straight into its spare capacity
+/// (the [`raw`] contract: no copy through a buffer). Reserves room for the longest string.
+///
+/// ```
+/// let mut json = b"{\"id\":".to_vec();
+/// spindle_fmt::append(&mut json, 1_404_172_800u64);
+/// json.push(b'}');
+/// assert_eq!(json, b"{\"id\":1404172800}");
+/// ```
+#[inline(always)]
+pub fn append<I: Integer>(out: &mut alloc::vec::Vec<u8>, i: I) {
+    out.reserve(BUFFER_LEN);
+    let len = out.len();
+    let spare: &mut [Out; BUFFER_LEN] = out
+        .spare_capacity_mut()
+        .first_chunk_mut()
+        .expect("reserved above");
+    let n = i.write(spare);
+    assert!(n <= BUFFER_LEN);
+    // SAFETY: `write` initialised `spare[..n]`, which is `out`'s memory from `len` to `len + n`,
+    // within the capacity reserved above (n ≤ BUFFER_LEN, checked).
+    unsafe { out.set_len(len + n) }
+}
+
+/// An integer that [`Buffer::format`] prints. Sealed: implemented for every primitive integer.
+pub trait Integer: private::Sealed {
+    /// The longest string this type prints.
+    const MAX_STR_LEN: usize;
+}
+
+mod private {
+    pub trait Sealed: Copy {
+        /// Prints at the start of `out`, returns the length.
+        fn write(self, out: &mut [super::Out; super::BUFFER_LEN]) -> usize;
+    }
+}
+
+/// `out`'s first `N` bytes as an array (every `N` used here is at most the buffer's length).
+#[inline(always)]
+fn head<const N: usize>(out: &mut [Out; BUFFER_LEN]) -> &mut [Out; N] {
+    out.first_chunk_mut().expect("N ≤ BUFFER_LEN")
+}
+
+macro_rules! integer {
+    ($($t:ty => $len:expr, |$x:ident, $out:ident| $write:expr;)*) => {$(
+        impl Integer for $t {
+            const MAX_STR_LEN: usize = $len;
+        }
+        impl private::Sealed for $t {
+            #[inline(always)]
+            fn write(self, $out: &mut [Out; BUFFER_LEN]) -> usize {
+                let $x = self;
+                $write
+            }
+        }
+    )*};
+}
+
+integer! {
+    u8 => 3, |x, out| raw::u32_into(head(out), u32::from(x));
+    u16 => 5, |x, out| raw::u32_into(head(out), u32::from(x));
+    u32 => 10, |x, out| raw::u32_into(head(out), x);
+    u64 => 20, |x, out| raw::u64_into(head(out), x);
+    u128 => 39, |x, out| raw::u128_into(head(out), x);
+    usize => 20, |x, out| raw::u64_into(head(out), x as u64);
+    i8 => 4, |x, out| raw::i32_into(head(out), i32::from(x));
+    i16 => 6, |x, out| raw::i32_into(head(out), i32::from(x));
+    i32 => 11, |x, out| raw::i32_into(head(out), x);
+    i64 => 20, |x, out| raw::i64_into(head(out), x);
+    i128 => 40, |x, out| raw::i128_into(head(out), x);
+    isize => 20, |x, out| raw::i64_into(head(out), x as i64);
+}
+
+// usize and isize are printed as 64-bit values: this crate targets 64-bit platforms.
+const _: () = assert!(usize::BITS == 64);
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::string::ToString;
+
+    /// The fixed-point divisions, over the ranges where they are used (and the first value
+    /// where they stop being exact, documented in the crate header).
+    #[test]
+    fn fixed_point_divisions_are_exact_on_their_ranges() {
+        for v in 0..179u32 {
+            assert_eq!((v * 103) >> 10, v / 10, "{v}");
+        }
+        assert_ne!((179 * 103) >> 10, 179 / 10);
+        for v in 0..43_699u32 {
+            assert_eq!((v * 5243) >> 19, v / 100, "{v}");
+        }
+        assert_ne!((43_699 * 5243) >> 19, 43_699 / 100);
+    }
+
+    /// Every value of the lane-parallel steps, against digit-by-digit arithmetic.
+    #[test]
+    fn bcd_words_hold_the_digits_in_printing_order() {
+        for x in 0..10_000u32 {
+            let digits = [x / 1000, x / 100 % 10, x / 10 % 10, x % 10];
+            assert_eq!(bcd4(x).to_le_bytes().map(u32::from), digits, "{x}");
+        }
+        for x in (0..100_000_000u32).step_by(9_973).chain([99_999_999]) {
+            let mut expect = [0u8; 8];
+            let mut y = x;
+            for d in expect.iter_mut().rev() {
+                *d = (y % 10) as u8;
+                y /= 10;
+            }
+            assert_eq!(bcd8(x).to_le_bytes(), expect, "{x}");
+        }
+        for x in 0..100u32 {
+            let (w, n) = pair(x);
+            assert_eq!(&w.to_le_bytes()[..n], x.to_string().as_bytes(), "{x}");
+        }
+    }
+}
