@@ -6,6 +6,7 @@ mod contention;
 mod eventcount;
 mod fences;
 mod locks;
+mod percpu;
 mod rings;
 mod sampler;
 mod smr;
@@ -23,6 +24,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(fences::Fences),
         Box::new(smr::Smr),
         Box::new(rings::Rings),
+        Box::new(percpu::PerCpu),
         Box::new(affinity::Affinity),
         Box::new(spawn::Spawn),
         Box::new(sampler::Sampler),
@@ -31,10 +33,6 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
 
 /// Experiments planned but not built yet, for `--list`.
 pub const PLANNED: &[(&str, &str)] = &[
-    (
-        "percpu",
-        "per-CPU counters on restartable sequences vs atomics and thread-locals",
-    ),
     (
         "itoa",
         "integer formatting: an_itoa vs the itoa crate vs std",

@@ -141,7 +141,9 @@ fn first_use() -> Option<*mut u8> {
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod imp {
-    use core::ffi::{c_char, c_ulong, c_void};
+    use core::ffi::c_ulong;
+    #[cfg(not(target_feature = "crt-static"))]
+    use core::ffi::{c_char, c_void};
 
     const SYS_RSEQ: usize = 334;
     const RSEQ_FLAG_UNREGISTER: usize = 1;
