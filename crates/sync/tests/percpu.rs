@@ -205,7 +205,7 @@ fn exact_total(counter: &PerCpuCounter, total: u64, label: &str) {
     let sum = counter.sum();
     eprintln!(
         "{label}: {total} adds from {threads} threads ({} with rseq, registration {}) in {:.1} s; \
-         {moves} affinity changes, {kills} signals sent ({} handled), {} aborts",
+         {moves} affinity changes, {kills} signals sent ({} handled so far), {} aborts in the process meanwhile",
         rseq_threads.load(Relaxed),
         percpu::registration().describe(),
         t0.elapsed().as_secs_f64(),
@@ -219,6 +219,13 @@ fn exact_total(counter: &PerCpuCounter, total: u64, label: &str) {
 fn percpu_counter_exact_total_under_migration_and_signals() {
     let counter = PerCpuCounter::new();
     exact_total(&counter, adds(), "percpu counter");
+}
+
+/// The index kernels before 6.3 give: the CPU number.
+#[test]
+fn percpu_counter_by_cpu_id_exact_total() {
+    let counter = PerCpuCounter::by_cpu_id();
+    exact_total(&counter, adds() / 4, "percpu counter by cpu_id");
 }
 
 #[test]
@@ -272,7 +279,7 @@ fn slots_conserve(slots: PerCpuSlots, label: &str) {
         .count();
     let duplicated = all.windows(2).filter(|w| w[0] == w[1]).count();
     eprintln!(
-        "{label}: {} operations from {threads} threads; {missing} tokens lost, {duplicated} duplicated, {} aborts so far",
+        "{label}: {} operations from {threads} threads; {missing} tokens lost, {duplicated} duplicated; {} aborts in the process so far",
         ops.load(Relaxed),
         percpu::aborts()
     );
@@ -287,6 +294,11 @@ fn slots_conserve(slots: PerCpuSlots, label: &str) {
 #[test]
 fn percpu_slots_conserve_tokens_under_migration_and_signals() {
     slots_conserve(PerCpuSlots::new(16), "percpu slots");
+}
+
+#[test]
+fn percpu_slots_by_cpu_id_conserve_tokens() {
+    slots_conserve(PerCpuSlots::by_cpu_id(16), "percpu slots by cpu_id");
 }
 
 #[test]
@@ -309,7 +321,7 @@ fn percpu_registration_matches_the_environment() {
             Registration::Glibc,
             "glibc was told not to register"
         );
-    } else if glibc_registers() && !cfg!(target_feature = "crt-static") {
+    } else if glibc_registers() {
         assert_eq!(
             p.registration,
             Registration::Glibc,

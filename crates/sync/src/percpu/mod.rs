@@ -185,6 +185,17 @@ impl PerCpuCounter {
         Self::build(n, index)
     }
 
+    /// A counter indexed by CPU number even where the kernel offers `mm_cid` (what kernels
+    /// before 6.3 get): for comparison and for testing that path.
+    pub fn by_cpu_id() -> Self {
+        let index = if registration().registration == Registration::Unavailable {
+            0
+        } else {
+            rseq::CPU_ID
+        };
+        Self::build(possible_cpus(), index)
+    }
+
     /// A counter that always takes the fallback (relaxed atomics sharded by thread), whatever
     /// the kernel offers: for comparison and for testing the fallback.
     pub fn sharded() -> Self {
@@ -317,8 +328,9 @@ unsafe fn add_rseq(_: *mut u8, _: usize, _: &[CachePadded<AtomicU64>], _: u64) -
 /// it as a cache in front of a shared structure. Where restartable sequences are unavailable,
 /// operations take stacks chosen by thread, each under a mutex.
 pub struct PerCpuSlots {
-    /// `cpus` stacks of `stride` bytes: a length word, then `capacity` words.
-    stacks: Box<[AtomicU64]>,
+    /// `cpus` stacks of `stride` bytes, each starting on a cache line of its own: a length
+    /// word, then `capacity` words.
+    stacks: Box<[Line]>,
     cpus: usize,
     capacity: usize,
     stride: usize,
@@ -334,6 +346,10 @@ impl std::fmt::Debug for PerCpuSlots {
             .finish()
     }
 }
+
+/// 128 bytes of words, so that every stack starts on lines of its own.
+#[repr(C, align(128))]
+struct Line([AtomicU64; 16]);
 
 /// Why a push or pop returned without doing its work through rseq.
 const DONE: usize = 0;
@@ -352,6 +368,16 @@ impl PerCpuSlots {
         Self::build(capacity, index)
     }
 
+    /// Stacks indexed by CPU number even where the kernel offers `mm_cid` (for testing).
+    pub fn by_cpu_id(capacity: usize) -> Self {
+        let index = if registration().registration == Registration::Unavailable {
+            0
+        } else {
+            rseq::CPU_ID
+        };
+        Self::build(capacity, index)
+    }
+
     /// Stacks that always take the fallback (mutexes chosen by thread).
     pub fn locked(capacity: usize) -> Self {
         Self::build(capacity, 0)
@@ -363,7 +389,9 @@ impl PerCpuSlots {
         // Words per stack: the length and the array, rounded up to whole 128-byte lines.
         let words = (1 + capacity).div_ceil(16) * 16;
         PerCpuSlots {
-            stacks: (0..cpus * words).map(|_| AtomicU64::new(0)).collect(),
+            stacks: (0..cpus * words / 16)
+                .map(|_| Line(std::array::from_fn(|_| AtomicU64::new(0))))
+                .collect(),
             cpus,
             capacity,
             stride: words * 8,
@@ -409,9 +437,12 @@ impl PerCpuSlots {
     /// Takes every word out of every stack.
     pub fn drain(&mut self) -> Vec<usize> {
         let mut out = Vec::new();
-        let words = self.stride / 8;
+        let lines = self.stride / 128;
         for cpu in 0..self.cpus {
-            let stack = &self.stacks[cpu * words..(cpu + 1) * words];
+            let stack = self.stacks[cpu * lines..(cpu + 1) * lines]
+                .iter()
+                .flat_map(|l| l.0.iter())
+                .collect::<Vec<_>>();
             let len = stack[0].swap(0, Relaxed) as usize;
             out.extend(stack[1..=len].iter().map(|w| w.load(Relaxed) as usize));
         }

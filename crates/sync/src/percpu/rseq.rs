@@ -18,7 +18,10 @@
 //!    `EBUSY` (someone else registered this thread without telling us), `ENOSYS` (kernel older
 //!    than 4.18), `EPERM`/`EINVAL`/`ENOSYS` from a seccomp filter: this thread takes the
 //!    fallback.
-//! 3. **unavailable**: not on x86-64 Linux, or the kernel refused the probe registration.
+//! 3. **unavailable**: not on x86-64 Linux, or the probe registration answered `ENOSYS`.
+//!
+//! A seccomp filter that *kills* a thread calling `rseq` cannot be survived, but neither can
+//! glibc 2.35+ survive it: it registers every thread it starts.
 //!
 //! We only ever write `rseq_cs` (the pointer to the current critical section's descriptor).
 //! `cpu_id_start`, `cpu_id`, `node_id` and `mm_cid` belong to the kernel (a kernel built with
@@ -371,7 +374,9 @@ thread_local! {
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 fn own_area() -> Option<*mut u8> {
     OWN.try_with(|own| {
-        let mut own = own.borrow_mut();
+        // Busy: a signal handler interrupted this thread's own registration; it counts
+        // through the fallback this once.
+        let mut own = own.try_borrow_mut().ok()?;
         if let Some(a) = &own.area {
             return Some(&**a as *const OwnArea as *mut u8);
         }
