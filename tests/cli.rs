@@ -262,6 +262,7 @@ fn lab_lists_its_experiments_with_their_references() {
         "affinity",
         "spawn",
         "sampler",
+        "percpu",
     ] {
         assert!(text.contains(name), "{name} missing: {text}");
     }
@@ -300,6 +301,7 @@ fn lab_smoke_runs_every_experiment_with_a_complete_report() {
         "tsc_ghz",
         "membarrier_mask",
         "rseq",
+        "rseq_registration",
         "perf_counters",
         "anomalies",
     ] {
@@ -308,7 +310,7 @@ fn lab_smoke_runs_every_experiment_with_a_complete_report() {
     assert_eq!(v["state"], "complete");
     assert_eq!(v["schema"], 2);
     let experiments = v["experiments"].as_array().unwrap();
-    assert_eq!(experiments.len(), 10, "{:?}", v["failures"]);
+    assert_eq!(experiments.len(), 11, "{:?}", v["failures"]);
     let contention = &experiments[0];
     assert_eq!(contention["name"], "contention");
     assert_eq!(

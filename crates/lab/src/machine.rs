@@ -68,6 +68,11 @@ pub struct Machine {
     pub membarrier_commands: Vec<String>,
     /// The rseq system call exists.
     pub rseq: Option<bool>,
+    /// Which registration of `struct rseq` Spindle's per-CPU data runs on: `glibc` (adopted),
+    /// `own` (registered per thread), `unavailable`, with the index it uses (`mm_cid` or
+    /// `cpu_id`); empty in results written before it was recorded.
+    #[serde(default)]
+    pub rseq_registration: String,
     /// Hardware performance counters can be opened.
     pub perf_counters: bool,
     /// Why not, when they cannot.
@@ -169,6 +174,7 @@ impl Machine {
             membarrier_mask: query.bits(),
             membarrier_commands,
             rseq: sys::rseq_available(),
+            rseq_registration: spindle_sync::percpu::registration().describe(),
             perf_counters: perf.is_ok(),
             perf_counters_error: perf.err().map(describe_errno),
             root: rustix::process::geteuid().is_root(),
@@ -312,7 +318,14 @@ impl Machine {
                 "membarrier".into(),
                 format!("mask {:#x}: {}", self.membarrier_mask, self.membarrier_commands.join(", ")),
             ),
-            ("rseq".into(), self.rseq.map(|b| b.to_string()).unwrap_or_else(|| "unknown".into())),
+            (
+                "rseq".into(),
+                match (self.rseq, self.rseq_registration.as_str()) {
+                    (None, _) => "unknown".into(),
+                    (Some(b), "") => b.to_string(),
+                    (Some(b), mode) => format!("{b}; registration {mode}"),
+                },
+            ),
             (
                 "hardware perf counters".into(),
                 if self.perf_counters {

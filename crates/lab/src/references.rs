@@ -74,6 +74,15 @@ pub const PREEMPTION_BARRIERS: Doc = Doc {
     machine: "4-socket Intel Xeon E5-46xx, Linux 4.16",
 };
 
+pub const POLYSEMIC_NULL: Doc = Doc {
+    id: "khuong-2018-rseq",
+    title: "Restartable Sequences with the Polysemic Null Segment Selector",
+    author: "Paul Khuong",
+    year: Some(2018),
+    venue: "pvk.ca",
+    machine: "Linux 4.14/x86-64 (no per-CPU figures: the post argues the mechanism)",
+};
+
 pub const MUTEXES: Doc = Doc {
     id: "skarupke-2020-mutexes",
     title: "Measuring Mutexes, Spinlocks and how Bad the Linux Scheduler Really is",

@@ -11,6 +11,8 @@
 //! - [`prepaid`]: [`PrepaidBarrier`](prepaid::PrepaidBarrier), the same guarantee as `heavy()`
 //!   without IPIs: wait until every CPU has taken an interrupt or context switch anyway.
 //! - [`smr`]: epoch-based reclamation and hazard pointers whose readers execute no fence.
+//! - [`percpu`]: per-CPU data on restartable sequences (rseq): a counter whose add is one
+//!   plain store, per-CPU stacks of words; glibc's registration adopted, a fallback elsewhere.
 //! - [`futex`]: wait on a 32-bit word with an absolute `CLOCK_MONOTONIC` deadline; wake.
 //! - [`time`]: [`Deadline`], a point on that clock.
 //!
@@ -80,6 +82,8 @@ pub mod fence;
 pub mod futex;
 pub mod lock;
 pub mod mpmc;
+#[cfg(not(loom))]
+pub mod percpu;
 #[cfg(not(loom))]
 pub mod prepaid;
 #[allow(unused_imports, dead_code)]

@@ -7,6 +7,7 @@ mod eventcount;
 mod fences;
 mod itoa;
 mod locks;
+mod percpu;
 mod rings;
 mod sampler;
 mod smr;
@@ -24,6 +25,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(fences::Fences),
         Box::new(smr::Smr),
         Box::new(rings::Rings),
+        Box::new(percpu::PerCpu),
         Box::new(affinity::Affinity),
         Box::new(spawn::Spawn),
         Box::new(sampler::Sampler),
@@ -33,9 +35,5 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
 
 /// Experiments planned but not built yet, for `--list`.
 pub const PLANNED: &[(&str, &str)] = &[
-    (
-        "percpu",
-        "per-CPU counters on restartable sequences vs atomics and thread-locals",
-    ),
     ("alloc", "trace-driven allocator benchmark"),
 ];

@@ -14,9 +14,11 @@
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, Ordering::*};
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use seize::Guard as _;
+use spindle_sync::percpu::PerCpuCounter;
 use spindle_sync::prepaid::PrepaidBarrier;
 use spindle_sync::smr::{epoch, hazard, Barrier};
 
@@ -152,20 +154,43 @@ impl Scheme {
     }
 }
 
-/// Live nodes per scheme (allocated minus dropped), across runs: peers may free a run's
-/// garbage after it ended, so the counters must outlive every run.
-static ALIVE: [AtomicI64; 6] = [const { AtomicI64::new(0) }; 6];
+/// Live nodes of one scheme: allocations and drops, each counted on a per-CPU counter. The
+/// writer allocates and any thread may drop (peers free garbage in their readers' guards), so
+/// one shared atomic would add a contended `lock xadd` to every write of the workload being
+/// measured; a per-CPU add is a plain store on the thread's own cache line.
+struct Live {
+    made: PerCpuCounter,
+    dropped: PerCpuCounter,
+}
+
+impl Live {
+    /// Allocated minus dropped. Both counts only grow and `dropped` is read first, so this
+    /// never under-counts (it may include a few nodes dropped while it read).
+    fn get(&self) -> i64 {
+        let dropped = self.dropped.sum();
+        self.made.sum().wrapping_sub(dropped) as i64
+    }
+}
+
+/// Live nodes per scheme, across runs: peers may free a run's garbage after it ended, so the
+/// counters must outlive every run.
+static ALIVE: LazyLock<[Live; 6]> = LazyLock::new(|| {
+    std::array::from_fn(|_| Live {
+        made: PerCpuCounter::new(),
+        dropped: PerCpuCounter::new(),
+    })
+});
 
 struct Node {
     value: u64,
     check: u64,
-    alive: &'static AtomicI64,
+    alive: &'static Live,
 }
 
 impl Node {
     fn boxed(scheme: Scheme, value: u64) -> *mut Node {
         let alive = &ALIVE[scheme.index()];
-        alive.fetch_add(1, Relaxed);
+        alive.made.add(1);
         Box::into_raw(Box::new(Node {
             value,
             check: !value,
@@ -176,7 +201,7 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        self.alive.fetch_sub(1, Relaxed);
+        self.alive.dropped.add(1);
     }
 }
 
@@ -239,7 +264,7 @@ fn workload(scheme: Scheme, readers: usize, run_for: Duration) -> Sample {
                     retire(reclaimer, &w, old);
                     n += 1;
                 }
-                peak.fetch_max(alive.load(Relaxed) - NODES as i64, Relaxed);
+                peak.fetch_max(alive.get() - NODES as i64, Relaxed);
             }
             write_time.store(start.elapsed().as_nanos() as u64, Relaxed);
             writes.store(n, Relaxed);

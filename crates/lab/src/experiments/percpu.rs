@@ -1,0 +1,263 @@
+//! `percpu`: counting events from many threads — Spindle's per-CPU counter (an `add` is a
+//! restartable sequence that commits with one plain store) beside one shared `lock xadd`
+//! counter, a thread-local plain increment (the floor: nothing is shared), atomics sharded
+//! by `sched_getcpu`, the `thread_local` crate's per-thread slots (what people use for this
+//! in Rust), and our own fallback (relaxed atomics sharded by thread).
+//!
+//! - **add**: ns per add (wall time of the run / adds) with 1, cores and 4 × cores threads,
+//!   unpinned, each thread doing its share of the adds.
+//! - **sum**: the cost of reading the total.
+//! - **aborts**: restartable sequences the kernel aborted, per second and per million adds,
+//!   with 4 × cores threads (preemption, migration and signals abort sections).
+
+use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::time::Instant;
+
+use spindle_sync::percpu::{self, PerCpuCounter};
+use thread_local::ThreadLocal;
+
+use crate::kit::{run_together, time, CachePadded, Span};
+use crate::references::POLYSEMIC_NULL;
+use crate::runner::Ctx;
+use crate::spec::{Claim, Experiment, Info, Metric, Plan, Sample, Section, Variant};
+
+pub struct PerCpu;
+
+/// The counters, each on cache lines of its own.
+struct Counters {
+    ours: PerCpuCounter,
+    fallback: PerCpuCounter,
+    shared: CachePadded<AtomicU64>,
+    by_cpu: Box<[CachePadded<AtomicU64>]>,
+    crate_tl: ThreadLocal<CachePadded<AtomicU64>>,
+    /// The floor's thread-local counts, added here when a thread finishes.
+    floor_total: CachePadded<AtomicU64>,
+}
+
+thread_local! {
+    static FLOOR: AtomicU64 = const { AtomicU64::new(0) };
+}
+
+impl Counters {
+    fn add(&self, kind: Kind, n: u64) {
+        match kind {
+            Kind::Ours => (0..n).for_each(|_| self.ours.add(1)),
+            Kind::Fallback => (0..n).for_each(|_| self.fallback.add(1)),
+            Kind::Shared => (0..n).for_each(|_| {
+                self.shared.fetch_add(1, Relaxed);
+            }),
+            Kind::Floor => {
+                // A thread-local word, loaded and stored: atomics keep each add a real memory
+                // operation the compiler cannot merge.
+                (0..n).for_each(|_| FLOOR.with(|c| c.store(c.load(Relaxed) + 1, Relaxed)));
+                let mine = FLOOR.with(|c| c.swap(0, Relaxed));
+                self.floor_total.fetch_add(mine, Relaxed);
+            }
+            Kind::ByCpu => (0..n).for_each(|_| {
+                let cpu = rustix::thread::sched_getcpu() % self.by_cpu.len();
+                self.by_cpu[cpu].fetch_add(1, Relaxed);
+            }),
+            Kind::Crate => (0..n).for_each(|_| {
+                let c = self.crate_tl.get_or_default();
+                c.store(c.load(Relaxed) + 1, Relaxed);
+            }),
+        }
+    }
+
+    fn sum(&self, kind: Kind) -> u64 {
+        match kind {
+            Kind::Ours => self.ours.sum(),
+            Kind::Fallback => self.fallback.sum(),
+            Kind::Shared => self.shared.load(Relaxed),
+            Kind::Floor => self.floor_total.load(Relaxed),
+            Kind::ByCpu => self.by_cpu.iter().map(|c| c.load(Relaxed)).sum(),
+            Kind::Crate => self.crate_tl.iter().map(|c| c.load(Relaxed)).sum(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Ours,
+    Fallback,
+    Shared,
+    Floor,
+    ByCpu,
+    Crate,
+}
+
+const KINDS: [(Kind, &str, &str); 6] = [
+    (Kind::Floor, "tls", "thread-local plain increment (floor)"),
+    (Kind::Ours, "percpu", "Spindle PerCpuCounter (rseq)"),
+    (
+        Kind::Fallback,
+        "sharded",
+        "Spindle PerCpuCounter::sharded (fallback)",
+    ),
+    (Kind::Shared, "xadd", "one shared counter, lock xadd"),
+    (Kind::ByCpu, "getcpu", "atomics sharded by sched_getcpu"),
+    (
+        Kind::Crate,
+        "thread-local-crate",
+        "thread_local crate, a slot per thread",
+    ),
+];
+
+/// `threads` unpinned threads split `n` adds; checks that every add was counted.
+#[inline(never)]
+fn adds(c: &Counters, kind: Kind, threads: usize, n: u64) -> Span {
+    let share = (n / threads as u64).max(1);
+    let before = c.sum(kind);
+    let span = run_together(threads, None, |_| c.add(kind, share));
+    let seen = c.sum(kind).wrapping_sub(before);
+    assert_eq!(
+        seen,
+        share * threads as u64,
+        "adds were lost: the counter is broken"
+    );
+    span
+}
+
+impl Experiment for PerCpu {
+    fn info(&self) -> Info {
+        Info {
+            name: "percpu",
+            title: "Per-CPU counters on restartable sequences",
+            summary: "counter add with 1, cores, 4x cores threads: rseq per-CPU vs shared lock xadd vs thread-local floor vs sched_getcpu shards vs thread_local crate; sum cost; aborts",
+            question: "What does counting an event cost when many threads count — with a per-CPU counter updated by \
+                       restartable sequences, one shared atomic, per-thread or per-CPU atomics — and how often does \
+                       the kernel abort the restartable sections?",
+            references: &[POLYSEMIC_NULL],
+            quick_seconds: 16,
+        }
+    }
+
+    fn run(&self, ctx: &mut Ctx) -> Result<(), String> {
+        let cores = ctx.cores();
+        let p = percpu::registration();
+        let counters = Counters {
+            ours: PerCpuCounter::new(),
+            fallback: PerCpuCounter::sharded(),
+            shared: CachePadded(AtomicU64::new(0)),
+            by_cpu: (0..cores.max(ctx.machine.cpus_online))
+                .map(|_| CachePadded(AtomicU64::new(0)))
+                .collect(),
+            crate_tl: ThreadLocal::new(),
+            floor_total: CachePadded(AtomicU64::new(0)),
+        };
+        let c = &counters;
+
+        let mut plan = Plan::new();
+        plan.param("registration", p.describe());
+        plan.param("this thread uses rseq", c.ours.uses_rseq());
+        let mut counts = vec![(1, "1", "one thread".to_string())];
+        if cores > 1 {
+            counts.push((cores, "c", format!("{cores} threads (cores)")));
+        }
+        counts.push((
+            4 * cores,
+            "4x",
+            format!("{} threads (4 × cores)", 4 * cores),
+        ));
+        for &(threads, suffix, ref who) in &counts {
+            let section: &'static str = match suffix {
+                "1" => "add-1",
+                "c" => "add-cores",
+                _ => "add-4x",
+            };
+            plan.section(
+                Section::per_op(section, format!("Counter add, {who}"), "add")
+                    .baseline(format!("tls-{suffix}")),
+            );
+            for (kind, id, label) in KINDS {
+                plan.variant(
+                    Variant::per_op(section, format!("{id}-{suffix}"), label, move |n| {
+                        adds(c, kind, threads, n)
+                    })
+                    .threads(threads),
+                );
+            }
+        }
+
+        // Reading the total: one load, or a walk over every slot.
+        plan.section(Section::per_op("sum", "Reading the total", "read").baseline("sum-xadd"));
+        let reads: [(Kind, &str, &str); 4] = [
+            (Kind::Shared, "sum-xadd", "shared counter: one load"),
+            (
+                Kind::Ours,
+                "sum-percpu",
+                "Spindle PerCpuCounter::sum (a word per possible CPU)",
+            ),
+            (Kind::ByCpu, "sum-getcpu", "sched_getcpu shards"),
+            (
+                Kind::Crate,
+                "sum-thread-local-crate",
+                "thread_local crate: iterate the slots",
+            ),
+        ];
+        for (kind, id, label) in reads {
+            plan.variant(Variant::per_op("sum", id, label, move |n| {
+                time(|| {
+                    for _ in 0..n {
+                        std::hint::black_box(c.sum(kind));
+                    }
+                })
+            }));
+        }
+
+        // Aborts under oversubscription.
+        let threads = 4 * cores;
+        plan.section(
+            Section::new(
+                "aborts",
+                format!("Aborted sections, {threads} threads adding"),
+            )
+            .metric(Metric::rate("aborts", "aborts"))
+            .metric(Metric::count("per_million", "aborts per million adds")),
+        );
+        plan.variant(
+            Variant::calibrated(
+                "aborts",
+                "aborts-4x",
+                "Spindle PerCpuCounter::add",
+                move |n| {
+                    let before = percpu::aborts();
+                    let t0 = Instant::now();
+                    adds(c, Kind::Ours, threads, n);
+                    let secs = t0.elapsed().as_secs_f64().max(1e-9);
+                    let aborted = (percpu::aborts() - before) as f64;
+                    Sample::new()
+                        .with("aborts", aborted / secs)
+                        .with("per_million", aborted * 1e6 / n as f64)
+                        .took(t0.elapsed())
+                },
+            )
+            .threads(threads),
+        );
+
+        plan.claim(
+            Claim::guarantee(
+                "percpu-floor",
+                "With one thread, a per-CPU add costs at most 1.5 × a thread-local plain increment",
+            )
+            .ratio("percpu-1", "tls-1")
+            .at_most(1.5),
+        );
+        plan.claim(
+            Claim::guarantee(
+                "percpu-vs-xadd",
+                "With 4 × cores threads, a per-CPU add is at least 5 × faster than a shared lock xadd",
+            )
+            .ratio("xadd-4x", "percpu-4x")
+            .at_least(5.0),
+        );
+        if p.reason.is_some() {
+            plan.note(format!(
+                "Restartable sequences are unavailable here ({}): the per-CPU counter ran its fallback.",
+                p.describe()
+            ));
+        }
+        plan.note("The thread_local crate's slots are written with a relaxed load and store (one writer each), as a per-thread counter would be.");
+        ctx.measure(plan)
+    }
+}

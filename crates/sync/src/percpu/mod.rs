@@ -1,0 +1,676 @@
+//! Per-CPU data on restartable sequences: a counter whose `add` is a load, an add and a store
+//! (no atomic instruction), and per-CPU stacks of words with push and pop committed by one
+//! store, as tcmalloc's per-CPU caches do.
+//!
+//! ```
+//! use spindle_sync::percpu::PerCpuCounter;
+//!
+//! let hits = PerCpuCounter::new();
+//! std::thread::scope(|s| {
+//!     for _ in 0..4 {
+//!         s.spawn(|| (0..1000).for_each(|_| hits.add(1)));
+//!     }
+//! });
+//! assert_eq!(hits.sum(), 4000);
+//! ```
+//!
+//! [`registration`] says which registration of the thread's `struct rseq` is live (glibc's,
+//! our own, or none: see the [`rseq`] module), [`aborts`] how many critical sections the
+//! kernel has restarted.
+//!
+//! # Protocol
+//!
+//! **Words.** Each thread has a `struct rseq` registered with the kernel; the kernel writes
+//! into it the CPU the thread runs on (`cpu_id`) and, since Linux 6.3, a concurrency id
+//! (`mm_cid`: a small number no other running thread of the process holds at the same time,
+//! dense in `0..min(CPUs, threads)`). We index per-CPU data by `mm_cid` where the kernel
+//! maintains it, else by `cpu_id`: call it the *slot index*. Each slot (a counter word, or a
+//! stack: a length word and its array) lives on cache lines of its own. Threads that cannot
+//! run restartable sequences use separate *fallback shards*, indexed by a per-thread number
+//! and updated with atomic read-modify-writes (the counter) or under a mutex (the stacks):
+//! rseq and fallback code never write the same words, so mixing them is safe.
+//!
+//! **Critical section.** An operation stores the address of its descriptor (`struct
+//! rseq_cs`: start, length, abort address) into the thread's `rseq_cs` word, then, between
+//! `start` and the commit: reads the slot index, checks it against the number of slots
+//! (outside: leave, take the fallback), reads the slot's words, and ends with one plain store
+//! (the commit): the counter's new value, or the stack's new length. The descriptor lives in
+//! section `__rseq_cs`; the abort handler, in `__rseq_failure`, is preceded by the 4-byte
+//! signature the registration declared (glibc's `0x53053053`, behind a `ud1` opcode so that
+//! the bytes never decode as a useful instruction), counts the abort and restarts from the
+//! store of the descriptor address (the kernel clears `rseq_cs` when it aborts).
+//!
+//! **What aborts.** The kernel checks, whenever it is about to return to a thread that was
+//! preempted, migrated, or is being sent a signal, whether the thread's instruction pointer
+//! lies in `[start, commit]`. If it does, it does not resume there: it jumps to the abort
+//! handler. So a section that reaches its commit store ran, from its first load to that
+//! store, without any other thread running on its CPU in between, and without a signal
+//! handler running on its own thread.
+//!
+//! **Why one store commits.** Invariant: *only a thread currently holding slot index i writes
+//! slot i, and it writes it only with the commit store of an uninterrupted section.* A thread
+//! holds index i while it runs on CPU i (or holds concurrency id i); no two running threads
+//! hold the same index. A section's loads of slot i and its commit therefore happen with no
+//! other write to slot i in between: another writer would have to run on the same CPU (or
+//! hold the same id), which requires switching this thread out, which aborts the section. So
+//! the load-add-store is atomic with respect to every other writer, without a `lock` prefix.
+//! A stack's push also writes the array element *above* the length before committing the new
+//! length; an aborted push leaves that element written but above the length, where nothing
+//! reads it. Ids and CPUs change hands only through a context switch, which on x86-64 is a
+//! full barrier: the previous holder's stores are visible to the next holder.
+//!
+//! **What a preempted section sees.** Nothing: it never resumes. It is restarted from the
+//! beginning, possibly on another CPU, reading the slot index again; its earlier loads and its
+//! uncommitted stores (a push's array element) are discarded or harmless. A commit store
+//! either happened (the operation took effect once) or did not (none of it is visible).
+//!
+//! **Orderings.** Commits are plain `mov` stores: on x86-TSO they are release stores, and
+//! slots are `AtomicU64`s that readers load with `Relaxed` ordering; an aligned 8-byte `mov`
+//! is single-copy atomic, so [`PerCpuCounter::sum`] never sees a torn word. `sum` is not a
+//! snapshot: with adds in flight it returns a value between the total of adds that finished
+//! before it began and the total of those that began before it ended (for non-negative adds);
+//! when no add runs concurrently it is exact. The stacks promise nothing about order between
+//! CPUs: a pop sees only the stack of the slot it runs on.
+//!
+//! **Not in loom.** A restartable sequence is an interaction with the kernel's scheduler that
+//! loom cannot express, and the fallbacks are one `fetch_add` and a mutex. Instead,
+//! `tests/percpu.rs` checks exact totals after 10^9 adds from 4 × CPUs threads while another
+//! thread moves them between CPUs and a signal storm forces aborts, under both registrations.
+//!
+//! # Fallback
+//!
+//! Not x86-64 Linux, a kernel without rseq (before 4.18), a seccomp filter that refuses the
+//! call, or a thread the kernel would not register: operations take the fallback shards,
+//! correct and roughly as fast as an uncontended atomic read-modify-write.
+
+pub mod rseq;
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Mutex;
+
+use crate::primitives::CachePadded;
+pub use rseq::{registration, Process, Registration};
+
+static ABORTS: AtomicU64 = AtomicU64::new(0);
+
+/// Critical sections the kernel aborted (and we restarted), process-wide, since it started.
+pub fn aborts() -> u64 {
+    ABORTS.load(Relaxed)
+}
+
+#[cold]
+#[inline(never)]
+fn record_aborts(n: usize) {
+    ABORTS.fetch_add(n as u64, Relaxed);
+}
+
+/// The byte offset of the slot index in `struct rseq` for this process.
+fn index_field() -> usize {
+    if registration().mm_cid {
+        rseq::MM_CID
+    } else {
+        rseq::CPU_ID
+    }
+}
+
+/// How many slot indices the kernel can hand out: CPUs the system may ever bring online
+/// (concurrency ids are below that too).
+fn possible_cpus() -> usize {
+    let parsed = std::fs::read_to_string("/sys/devices/system/cpu/possible")
+        .ok()
+        .and_then(|s| {
+            s.trim()
+                .split(',')
+                .filter_map(|r| r.rsplit('-').next()?.parse::<usize>().ok())
+                .max()
+        })
+        .map(|m| m + 1);
+    let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+    parsed.unwrap_or(online).max(online)
+}
+
+/// A small per-thread number for the fallback shards.
+fn thread_shard(shards: usize) -> usize {
+    use std::cell::Cell;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static ID: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    let id = ID
+        .try_with(|c| {
+            if c.get() == usize::MAX {
+                c.set(NEXT.fetch_add(1, Relaxed));
+            }
+            c.get()
+        })
+        .unwrap_or(0);
+    id % shards
+}
+
+/// A counter split into one word per CPU: [`add`](Self::add) is a restartable sequence that
+/// commits with one plain store; [`sum`](Self::sum) reads every word.
+///
+/// Where restartable sequences are unavailable, `add` is a relaxed `fetch_add` on a word
+/// chosen by thread (see the [module](self) documentation).
+pub struct PerCpuCounter {
+    cpus: Box<[CachePadded<AtomicU64>]>,
+    shards: Box<[CachePadded<AtomicU64>]>,
+    /// Where the slot index is in `struct rseq`; 0 when this counter never uses rseq.
+    index: usize,
+}
+
+impl Default for PerCpuCounter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for PerCpuCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PerCpuCounter")
+            .field("sum", &self.sum())
+            .finish()
+    }
+}
+
+impl PerCpuCounter {
+    /// A counter at zero, with a word per possible CPU.
+    pub fn new() -> Self {
+        let n = possible_cpus();
+        let index = if registration().registration == Registration::Unavailable {
+            0
+        } else {
+            index_field()
+        };
+        Self::build(n, index)
+    }
+
+    /// A counter indexed by CPU number even where the kernel offers `mm_cid` (what kernels
+    /// before 6.3 get): for comparison and for testing that path.
+    pub fn by_cpu_id() -> Self {
+        let index = if registration().registration == Registration::Unavailable {
+            0
+        } else {
+            rseq::CPU_ID
+        };
+        Self::build(possible_cpus(), index)
+    }
+
+    /// A counter that always takes the fallback (relaxed atomics sharded by thread), whatever
+    /// the kernel offers: for comparison and for testing the fallback.
+    pub fn sharded() -> Self {
+        Self::build(possible_cpus(), 0)
+    }
+
+    fn build(n: usize, index: usize) -> Self {
+        let words = |k| (0..k).map(|_| CachePadded(AtomicU64::new(0))).collect();
+        PerCpuCounter {
+            cpus: if index == 0 { words(0) } else { words(n) },
+            shards: words(n),
+            index,
+        }
+    }
+
+    /// Adds `v` (wrapping).
+    #[inline]
+    pub fn add(&self, v: u64) {
+        if self.index != 0 {
+            if let Some(area) = rseq::area() {
+                // SAFETY: `area` is this thread's registered `struct rseq`; `cpus` has
+                // `cpus.len()` 128-byte slots, and the section checks the index against it.
+                if unsafe { add_rseq(area, self.index, &self.cpus, v) } {
+                    return;
+                }
+            }
+        }
+        self.add_fallback(v);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn add_fallback(&self, v: u64) {
+        self.shards[thread_shard(self.shards.len())].fetch_add(v, Relaxed);
+    }
+
+    /// The total of every add (wrapping); exact when no add runs concurrently.
+    pub fn sum(&self) -> u64 {
+        self.cpus
+            .iter()
+            .chain(self.shards.iter())
+            .fold(0u64, |s, w| s.wrapping_add(w.load(Relaxed)))
+    }
+
+    /// Whether adds from this thread run as restartable sequences.
+    pub fn uses_rseq(&self) -> bool {
+        self.index != 0 && rseq::area().is_some()
+    }
+}
+
+/// The counter's critical section; false if the slot index is out of range (take the
+/// fallback).
+///
+/// # Safety
+/// `area` must be this thread's registered `struct rseq`.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+unsafe fn add_rseq(area: *mut u8, index: usize, cpus: &[CachePadded<AtomicU64>], v: u64) -> bool {
+    const _: () = assert!(std::mem::size_of::<CachePadded<AtomicU64>>() == 128);
+    let out_of_range: usize;
+    let mut aborts: usize = 0;
+    // SAFETY: the protocol in the module documentation. Registers: rax holds the descriptor
+    // address, then the slot index and the result; rcx the slot's value. The only memory
+    // written is this thread's `rseq_cs` word and, by the commit, one slot (an AtomicU64,
+    // written as a single aligned `mov`, i.e. as a relaxed atomic store) whose index was
+    // checked against `cpus.len()`. The abort handler restarts from label 2.
+    unsafe {
+        core::arch::asm!(
+            "2:",
+            "lea rax, [rip + 3f]",
+            "mov qword ptr [{area} + {cs}], rax",
+            "4:",
+            "mov eax, dword ptr [{area} + {index}]",
+            "cmp rax, {n}",
+            "jae 7f",
+            "shl rax, 7",
+            "mov rcx, qword ptr [{base} + rax]",
+            "add rcx, {v}",
+            "mov qword ptr [{base} + rax], rcx",
+            "5:",
+            "xor eax, eax",
+            "jmp 8f",
+            "7:",
+            "mov eax, 1",
+            "8:",
+            ".pushsection __rseq_cs, \"aw\"",
+            ".balign 32",
+            "3:",
+            ".long 0, 0",
+            ".quad 4b, 5b - 4b, 6f",
+            ".popsection",
+            ".pushsection __rseq_failure, \"ax\"",
+            ".byte 0x0f, 0xb9, 0x3d",
+            ".long {sig}",
+            "6:",
+            "inc {aborts}",
+            "jmp 2b",
+            ".popsection",
+            area = in(reg) area,
+            index = in(reg) index,
+            n = in(reg) cpus.len(),
+            base = in(reg) cpus.as_ptr(),
+            v = in(reg) v,
+            aborts = inout(reg) aborts,
+            cs = const rseq::RSEQ_CS,
+            sig = const rseq::SIGNATURE,
+            out("rax") out_of_range,
+            out("rcx") _,
+            options(nostack),
+        );
+    }
+    if aborts != 0 {
+        record_aborts(aborts);
+    }
+    out_of_range == 0
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+#[inline(always)]
+unsafe fn add_rseq(_: *mut u8, _: usize, _: &[CachePadded<AtomicU64>], _: u64) -> bool {
+    false
+}
+
+/// Per-CPU bounded stacks of words (a free list per CPU, as tcmalloc's per-CPU slabs are):
+/// [`try_push`](Self::try_push) and [`try_pop`](Self::try_pop) are restartable sequences that
+/// commit by storing the stack's new length.
+///
+/// A pop sees only the stack of the CPU (or concurrency id) it runs on: it may answer `None`
+/// while other CPUs' stacks hold words, and a push may be refused while they have room. Use
+/// it as a cache in front of a shared structure. Where restartable sequences are unavailable,
+/// operations take stacks chosen by thread, each under a mutex.
+pub struct PerCpuSlots {
+    /// `cpus` stacks of `stride` bytes, each starting on a cache line of its own: a length
+    /// word, then `capacity` words.
+    stacks: Box<[Line]>,
+    cpus: usize,
+    capacity: usize,
+    stride: usize,
+    fallback: Box<[CachePadded<Mutex<Vec<usize>>>]>,
+    index: usize,
+}
+
+impl std::fmt::Debug for PerCpuSlots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PerCpuSlots")
+            .field("cpus", &self.cpus)
+            .field("capacity", &self.capacity)
+            .finish()
+    }
+}
+
+/// 128 bytes of words, so that every stack starts on lines of its own.
+#[repr(C, align(128))]
+struct Line([AtomicU64; 16]);
+
+/// Why a push or pop returned without doing its work through rseq.
+const DONE: usize = 0;
+const FULL_OR_EMPTY: usize = 1;
+#[allow(dead_code)] // written by the sections' assembly (`mov eax, 2`)
+const NO_SLOT: usize = 2;
+
+impl PerCpuSlots {
+    /// Stacks of `capacity` words for each possible CPU.
+    pub fn new(capacity: usize) -> Self {
+        let index = if registration().registration == Registration::Unavailable {
+            0
+        } else {
+            index_field()
+        };
+        Self::build(capacity, index)
+    }
+
+    /// Stacks indexed by CPU number even where the kernel offers `mm_cid` (for testing).
+    pub fn by_cpu_id(capacity: usize) -> Self {
+        let index = if registration().registration == Registration::Unavailable {
+            0
+        } else {
+            rseq::CPU_ID
+        };
+        Self::build(capacity, index)
+    }
+
+    /// Stacks that always take the fallback (mutexes chosen by thread).
+    pub fn locked(capacity: usize) -> Self {
+        Self::build(capacity, 0)
+    }
+
+    fn build(capacity: usize, index: usize) -> Self {
+        let n = possible_cpus();
+        let cpus = if index == 0 { 0 } else { n };
+        // Words per stack: the length and the array, rounded up to whole 128-byte lines.
+        let words = (1 + capacity).div_ceil(16) * 16;
+        PerCpuSlots {
+            stacks: (0..cpus * words / 16)
+                .map(|_| Line(std::array::from_fn(|_| AtomicU64::new(0))))
+                .collect(),
+            cpus,
+            capacity,
+            stride: words * 8,
+            fallback: (0..n)
+                .map(|_| CachePadded(Mutex::new(Vec::with_capacity(capacity))))
+                .collect(),
+            index,
+        }
+    }
+
+    /// Pushes `v` on this CPU's stack; gives it back if that stack is full.
+    #[inline]
+    pub fn try_push(&self, v: usize) -> Result<(), usize> {
+        if self.index != 0 {
+            if let Some(area) = rseq::area() {
+                // SAFETY: this thread's area; the geometry is `stacks`' own.
+                match unsafe { self.push_rseq(area, v) } {
+                    DONE => return Ok(()),
+                    FULL_OR_EMPTY => return Err(v),
+                    _ => {}
+                }
+            }
+        }
+        self.push_fallback(v)
+    }
+
+    /// Pops the word on top of this CPU's stack, if there is one.
+    #[inline]
+    pub fn try_pop(&self) -> Option<usize> {
+        if self.index != 0 {
+            if let Some(area) = rseq::area() {
+                // SAFETY: as in try_push.
+                match unsafe { self.pop_rseq(area) } {
+                    (DONE, v) => return Some(v),
+                    (FULL_OR_EMPTY, _) => return None,
+                    _ => {}
+                }
+            }
+        }
+        self.pop_fallback()
+    }
+
+    /// Takes every word out of every stack.
+    pub fn drain(&mut self) -> Vec<usize> {
+        let mut out = Vec::new();
+        let lines = self.stride / 128;
+        for cpu in 0..self.cpus {
+            let stack = self.stacks[cpu * lines..(cpu + 1) * lines]
+                .iter()
+                .flat_map(|l| l.0.iter())
+                .collect::<Vec<_>>();
+            let len = stack[0].swap(0, Relaxed) as usize;
+            out.extend(stack[1..=len].iter().map(|w| w.load(Relaxed) as usize));
+        }
+        for shard in self.fallback.iter() {
+            out.append(&mut shard.lock().unwrap_or_else(|e| e.into_inner()));
+        }
+        out
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn push_fallback(&self, v: usize) -> Result<(), usize> {
+        let shard = &self.fallback[thread_shard(self.fallback.len())];
+        let mut stack = shard.lock().unwrap_or_else(|e| e.into_inner());
+        if stack.len() < self.capacity {
+            stack.push(v);
+            Ok(())
+        } else {
+            Err(v)
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn pop_fallback(&self) -> Option<usize> {
+        let shard = &self.fallback[thread_shard(self.fallback.len())];
+        shard.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+
+    /// # Safety
+    /// `area` must be this thread's registered `struct rseq`.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    #[inline(always)]
+    unsafe fn push_rseq(&self, area: *mut u8, v: usize) -> usize {
+        let status: usize;
+        let mut aborts: usize = 0;
+        // SAFETY: the module's protocol. rax: descriptor address, then the stack's address,
+        // then the status; rcx: the stack's length. Writes: `rseq_cs`; the array word at the
+        // length (inside the stack, since length < capacity), not visible until the commit
+        // stores length + 1. The index is checked against `cpus`.
+        unsafe {
+            core::arch::asm!(
+                "2:",
+                "lea rax, [rip + 3f]",
+                "mov qword ptr [{area} + {cs}], rax",
+                "4:",
+                "mov eax, dword ptr [{area} + {index}]",
+                "cmp rax, {n}",
+                "jae 7f",
+                "imul rax, {stride}",
+                "add rax, {base}",
+                "mov rcx, qword ptr [rax]",
+                "cmp rcx, {cap}",
+                "jae 9f",
+                "mov qword ptr [rax + 8*rcx + 8], {v}",
+                "add rcx, 1",
+                "mov qword ptr [rax], rcx",
+                "5:",
+                "xor eax, eax",
+                "jmp 8f",
+                "7:",
+                "mov eax, 2",
+                "jmp 8f",
+                "9:",
+                "mov eax, 1",
+                "8:",
+                ".pushsection __rseq_cs, \"aw\"",
+                ".balign 32",
+                "3:",
+                ".long 0, 0",
+                ".quad 4b, 5b - 4b, 6f",
+                ".popsection",
+                ".pushsection __rseq_failure, \"ax\"",
+                ".byte 0x0f, 0xb9, 0x3d",
+                ".long {sig}",
+                "6:",
+                "inc {aborts}",
+                "jmp 2b",
+                ".popsection",
+                area = in(reg) area,
+                index = in(reg) self.index,
+                n = in(reg) self.cpus,
+                stride = in(reg) self.stride,
+                base = in(reg) self.stacks.as_ptr(),
+                cap = in(reg) self.capacity,
+                v = in(reg) v,
+                aborts = inout(reg) aborts,
+                cs = const rseq::RSEQ_CS,
+                sig = const rseq::SIGNATURE,
+                out("rax") status,
+                out("rcx") _,
+                options(nostack),
+            );
+        }
+        if aborts != 0 {
+            record_aborts(aborts);
+        }
+        status
+    }
+
+    /// # Safety
+    /// `area` must be this thread's registered `struct rseq`.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    #[inline(always)]
+    unsafe fn pop_rseq(&self, area: *mut u8) -> (usize, usize) {
+        let status: usize;
+        let value: usize;
+        let mut aborts: usize = 0;
+        // SAFETY: the module's protocol. rax: descriptor address, then the stack's address,
+        // then the status; rcx: the length; rdx: the top word. The only writes are
+        // `rseq_cs` and the commit, which stores length − 1 after reading the top word.
+        unsafe {
+            core::arch::asm!(
+                "2:",
+                "lea rax, [rip + 3f]",
+                "mov qword ptr [{area} + {cs}], rax",
+                "4:",
+                "mov eax, dword ptr [{area} + {index}]",
+                "cmp rax, {n}",
+                "jae 7f",
+                "imul rax, {stride}",
+                "add rax, {base}",
+                "mov rcx, qword ptr [rax]",
+                "test rcx, rcx",
+                "jz 9f",
+                "mov rdx, qword ptr [rax + 8*rcx]",
+                "sub rcx, 1",
+                "mov qword ptr [rax], rcx",
+                "5:",
+                "xor eax, eax",
+                "jmp 8f",
+                "7:",
+                "mov eax, 2",
+                "jmp 8f",
+                "9:",
+                "mov eax, 1",
+                "8:",
+                ".pushsection __rseq_cs, \"aw\"",
+                ".balign 32",
+                "3:",
+                ".long 0, 0",
+                ".quad 4b, 5b - 4b, 6f",
+                ".popsection",
+                ".pushsection __rseq_failure, \"ax\"",
+                ".byte 0x0f, 0xb9, 0x3d",
+                ".long {sig}",
+                "6:",
+                "inc {aborts}",
+                "jmp 2b",
+                ".popsection",
+                area = in(reg) area,
+                index = in(reg) self.index,
+                n = in(reg) self.cpus,
+                stride = in(reg) self.stride,
+                base = in(reg) self.stacks.as_ptr(),
+                aborts = inout(reg) aborts,
+                cs = const rseq::RSEQ_CS,
+                sig = const rseq::SIGNATURE,
+                out("rax") status,
+                out("rcx") _,
+                out("rdx") value,
+                options(nostack),
+            );
+        }
+        if aborts != 0 {
+            record_aborts(aborts);
+        }
+        (status, value)
+    }
+
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    unsafe fn push_rseq(&self, _: *mut u8, _: usize) -> usize {
+        NO_SLOT
+    }
+
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    unsafe fn pop_rseq(&self, _: *mut u8) -> (usize, usize) {
+        (NO_SLOT, 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percpu_counter_counts_on_one_thread() {
+        let c = PerCpuCounter::new();
+        for _ in 0..1000 {
+            c.add(3);
+        }
+        assert_eq!(c.sum(), 3000);
+        let s = PerCpuCounter::sharded();
+        s.add(5);
+        assert_eq!(s.sum(), 5);
+        assert!(!s.uses_rseq());
+    }
+
+    #[test]
+    fn percpu_slots_push_pop_on_one_thread() {
+        for mut slots in [PerCpuSlots::new(4), PerCpuSlots::locked(4)] {
+            assert_eq!(slots.try_pop(), None);
+            // Pinned or not, a thread that does not move sees its own stack; it may move, so
+            // only the totals are checked.
+            let mut pushed = 0;
+            for v in 1..=3 {
+                if slots.try_push(v).is_ok() {
+                    pushed += 1;
+                }
+            }
+            let mut popped = Vec::new();
+            while let Some(v) = slots.try_pop() {
+                popped.push(v);
+            }
+            let mut rest = slots.drain();
+            rest.extend(popped);
+            rest.sort();
+            assert_eq!(rest.len(), pushed);
+            assert!(rest.iter().all(|v| (1..=3).contains(v)));
+        }
+    }
+
+    #[test]
+    fn percpu_registration_is_decided() {
+        let p = registration();
+        assert!(!p.describe().is_empty());
+        if p.registration == Registration::Unavailable {
+            assert!(p.reason.is_some());
+        }
+    }
+}
