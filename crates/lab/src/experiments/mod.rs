@@ -34,6 +34,4 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
 }
 
 /// Experiments planned but not built yet, for `--list`.
-pub const PLANNED: &[(&str, &str)] = &[
-    ("alloc", "trace-driven allocator benchmark"),
-];
+pub const PLANNED: &[(&str, &str)] = &[("alloc", "trace-driven allocator benchmark")];
