@@ -210,8 +210,8 @@ const SPIN_AFTER_FLAG: u32 = 0;
 /// waits, a two-CPU ping-pong that once fell to the minimum stayed there, sleeping on every
 /// round trip (5 µs instead of a few hundred ns).
 ///
-/// Halfway through its spin, or after [`YIELD_BY`] pauses if sooner, the waiter calls
-/// `sched_yield` once: if the thread it waits for shares its CPU (oversubscription, or both
+/// Halfway through its spin, or after [`YIELD_BY`] pauses if sooner (and not at the minimum
+/// spin), the waiter calls `sched_yield` once: if the thread it waits for shares its CPU (oversubscription, or both
 /// pinned to one CPU), the yield lets it run now instead of after the waiter has gone through
 /// the futex (the lab's one-CPU ping-pong in `rings`); otherwise it costs one system call that
 /// returns at once.
@@ -247,7 +247,13 @@ impl SpinBudget {
         let misses = word >> 8;
         let probe = current == SPIN_MIN && misses % PROBE_EVERY == PROBE_EVERY - 1;
         let budget = if probe { SPIN_BEFORE_FLAG } else { current };
-        let yield_at = (budget / 2).min(YIELD_BY);
+        // At the minimum the wait will most likely sleep, which gives the CPU away anyway: no
+        // yield (a system call per wait for a consumer of one message per millisecond).
+        let yield_at = if budget > SPIN_MIN {
+            (budget / 2).min(YIELD_BY)
+        } else {
+            u32::MAX
+        };
         for i in 0..budget {
             if let Some(v) = poll() {
                 if word != SPIN_BEFORE_FLAG {
