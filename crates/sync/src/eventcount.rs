@@ -169,24 +169,19 @@ use crate::primitives::{
 };
 use crate::time::Deadline;
 
-/// Most pause-loop iterations before a waiter flips the sleepers flag. What that takes depends
-/// on the CPU's `pause` latency; the lab's "waiter still spinning" figures show its effect.
-/// The spin actually done adapts between [`SPIN_MIN`] and this (see [`SpinBudget`]).
+/// Pause-loop iterations before a waiter flips the sleepers flag. What that takes depends on
+/// the CPU's `pause` latency; the lab's "waiter still spinning" figures show its effect.
 #[cfg(not(loom))]
 const SPIN_BEFORE_FLAG: u32 = 128;
-/// Fewest pause-loop iterations before the flag: what a waiter whose recent waits all slept
-/// still spins.
+/// Halfway through that spin the waiter calls `sched_yield` once: if the thread it waits for
+/// shares its CPU (oversubscription, or both pinned to one CPU), the yield lets it run now
+/// instead of after the waiter has gone through the futex (the lab's one-CPU ping-pong in
+/// `rings`); otherwise it costs one system call that returns at once.
 #[cfg(not(loom))]
-const SPIN_MIN: u32 = 16;
-/// The pause-loop iteration at which a spinning waiter yields, at the latest. A `pause` takes
-/// 25 ns on Zen 5 (and ~140 cycles on Intel cores since Skylake), so 16 of them are ~0.4 µs:
-/// several cache-line round trips, time enough for a thread on another CPU to answer, while a
-/// thread that shares our CPU gets it early. One-CPU ping-pong through an SPSC ring on Zen 5:
-/// 5.6 µs per round trip yielding at pause 64, 3.1 µs at 16, 2.5 µs at 4 (where a waiter on
-/// another CPU would yield before most answers arrive).
-const YIELD_BY: u32 = 16;
-/// Pause-loop iterations between the flag flip and the futex wait, at the full spin (see
-/// [`SpinBudget::after_flag`]).
+const YIELD_AT: u32 = SPIN_BEFORE_FLAG / 2;
+#[cfg(loom)]
+const YIELD_AT: u32 = u32::MAX;
+/// Pause-loop iterations between the flag flip and the futex wait.
 #[cfg(not(loom))]
 const SPIN_AFTER_FLAG: u32 = 32;
 // No spinning under loom: a spin iteration is a `yield_now` there, and loom deprioritises a
@@ -194,88 +189,7 @@ const SPIN_AFTER_FLAG: u32 = 32;
 #[cfg(loom)]
 const SPIN_BEFORE_FLAG: u32 = 0;
 #[cfg(loom)]
-const SPIN_MIN: u32 = 0;
-#[cfg(loom)]
 const SPIN_AFTER_FLAG: u32 = 0;
-
-/// How long a waiter spins before it flips the sleepers flag, adapted to what spinning has
-/// bought lately. A wait that the spin served restores the full spin ([`SPIN_BEFORE_FLAG`]); a
-/// wait that went on to the flag halves the next spin, down to [`SPIN_MIN`]; and at the
-/// minimum, every [`PROBE_EVERY`]th wait spins in full again, so that a pattern a longer spin
-/// would serve (answers that come after the short spin but within the long one) is found again
-/// rather than paid for with a sleep each time. Streams and ping-pongs keep the full spin; a
-/// consumer that waits for one message per millisecond stops paying 128 pauses per message (a
-/// probe on Zen 5: such a consumer of an SPSC ring used 0.75–0.84 % of a CPU with 128 pauses
-/// per wait, 0.55–0.70 % with 16, std's `sync_channel` 0.53–0.64 %). Without the probing
-/// waits, a two-CPU ping-pong that once fell to the minimum stayed there, sleeping on every
-/// round trip (5 µs instead of a few hundred ns).
-///
-/// Halfway through its spin, or after [`YIELD_BY`] pauses if sooner (and not at the minimum
-/// spin), the waiter calls `sched_yield` once: if the thread it waits for shares its CPU (oversubscription, or both
-/// pinned to one CPU), the yield lets it run now instead of after the waiter has gone through
-/// the futex (the lab's one-CPU ping-pong in `rings`); otherwise it costs one system call that
-/// returns at once.
-///
-/// The word: bits 0..8 the spin length, bits 8.. the waits that slept at the minimum. A hint
-/// only, shared by whoever waits on the event count: relaxed, written only when it changes
-/// (a stream or ping-pong served by its spin writes nothing), and a plain `std` atomic even
-/// under loom, which has nothing to check in it (the spin is empty there).
-struct SpinBudget(std::sync::atomic::AtomicU32);
-
-/// At the minimum spin, one wait in this many spins in full.
-const PROBE_EVERY: u32 = 16;
-
-impl SpinBudget {
-    const fn new() -> SpinBudget {
-        SpinBudget(std::sync::atomic::AtomicU32::new(SPIN_BEFORE_FLAG))
-    }
-
-    /// Pause-loop iterations between the flag flip and the futex wait: [`SPIN_AFTER_FLAG`] at
-    /// the full spin, in proportion below it (a waiter whose waits sleep has little to gain).
-    #[inline]
-    fn after_flag(&self) -> u32 {
-        let current = (self.0.load(Relaxed) & 0xff).clamp(SPIN_MIN, SPIN_BEFORE_FLAG);
-        current * SPIN_AFTER_FLAG / SPIN_BEFORE_FLAG.max(1)
-    }
-
-    /// Spin while `poll` returns `None`, for the current budget; `poll`'s `Some` ends the spin.
-    /// `None`: the spin ran out.
-    #[inline]
-    fn spin(&self, mut poll: impl FnMut() -> Option<u64>) -> Option<u64> {
-        let word = self.0.load(Relaxed);
-        let current = (word & 0xff).clamp(SPIN_MIN, SPIN_BEFORE_FLAG);
-        let misses = word >> 8;
-        let probe = current == SPIN_MIN && misses % PROBE_EVERY == PROBE_EVERY - 1;
-        let budget = if probe { SPIN_BEFORE_FLAG } else { current };
-        // At the minimum the wait will most likely sleep, which gives the CPU away anyway: no
-        // yield (a system call per wait for a consumer of one message per millisecond).
-        let yield_at = if budget > SPIN_MIN {
-            (budget / 2).min(YIELD_BY)
-        } else {
-            u32::MAX
-        };
-        for i in 0..budget {
-            if let Some(v) = poll() {
-                if word != SPIN_BEFORE_FLAG {
-                    self.0.store(SPIN_BEFORE_FLAG, Relaxed);
-                }
-                return Some(v);
-            }
-            if i == yield_at {
-                yield_now();
-            } else {
-                spin_loop();
-            }
-        }
-        let next = if current == SPIN_MIN {
-            SPIN_MIN | (misses.wrapping_add(1) << 8)
-        } else {
-            (current / 2).max(SPIN_MIN)
-        };
-        self.0.store(next, Relaxed);
-        None
-    }
-}
 
 /// How long a single-producer waiter sleeps with timeouts after flipping the flag before it
 /// trusts the flag to be seen (see the module documentation). Zero under loom, whose producer
@@ -322,7 +236,6 @@ pub struct WaitState {
 struct Core {
     word: AtomicU64,
     parking: Parking,
-    spin: SpinBudget,
 }
 
 impl Core {
@@ -331,7 +244,6 @@ impl Core {
         Core {
             word: AtomicU64::new(0),
             parking: Parking::new(),
-            spin: SpinBudget::new(),
         }
     }
 
@@ -340,7 +252,6 @@ impl Core {
         Core {
             word: AtomicU64::new(0),
             parking: Parking::new(),
-            spin: SpinBudget::new(),
         }
     }
 
@@ -384,12 +295,16 @@ impl Core {
         let flagged = idle | FLAG;
         let version = |w: u64| w >> 1;
 
-        let seen = self.spin.spin(|| {
+        for i in 0..SPIN_BEFORE_FLAG {
             let w = self.word.load(Acquire);
-            (version(w) != old).then_some(version(w))
-        });
-        if let Some(v) = seen {
-            return Waited::Changed(v);
+            if version(w) != old {
+                return Waited::Changed(version(w));
+            }
+            if i == YIELD_AT {
+                yield_now();
+            } else {
+                spin_loop();
+            }
         }
 
         let mut state = WaitState {
@@ -418,7 +333,7 @@ impl Core {
 
             // Spin while the flag stands; anything else is a new version or a cleared flag.
             let mut w = flagged;
-            for _ in 0..self.spin.after_flag() {
+            for _ in 0..SPIN_AFTER_FLAG {
                 w = self.word.load(Acquire);
                 if w != flagged {
                     break;
@@ -571,8 +486,6 @@ pub struct SpEventCount {
     sleepers: AtomicU32,
     producer_taken: AtomicBool,
     parking: Parking,
-    /// Waiters' spin length (on `S`'s line, which waiters write anyway).
-    spin: SpinBudget,
 }
 
 impl SpEventCount {
@@ -584,7 +497,6 @@ impl SpEventCount {
             sleepers: AtomicU32::new(0),
             producer_taken: AtomicBool::new(false),
             parking: Parking::new(),
-            spin: SpinBudget::new(),
         }
     }
 
@@ -596,7 +508,6 @@ impl SpEventCount {
             sleepers: AtomicU32::new(0),
             producer_taken: AtomicBool::new(false),
             parking: Parking::new(),
-            spin: SpinBudget::new(),
         }
     }
 
@@ -731,12 +642,16 @@ impl SpEventCount {
         deadline: Option<Deadline>,
         mut pred: impl FnMut(&mut WaitState) -> Option<T>,
     ) -> Waited<T> {
-        let seen = self.spin.spin(|| {
+        for i in 0..SPIN_BEFORE_FLAG {
             let v = self.version.load(Acquire);
-            (v != old).then_some(v)
-        });
-        if let Some(v) = seen {
-            return Waited::Changed(v);
+            if v != old {
+                return Waited::Changed(v);
+            }
+            if i == YIELD_AT {
+                yield_now();
+            } else {
+                spin_loop();
+            }
         }
 
         let mut state = WaitState {
@@ -766,7 +681,7 @@ impl SpEventCount {
             if v != old {
                 return Waited::Changed(v);
             }
-            for _ in 0..self.spin.after_flag() {
+            for _ in 0..SPIN_AFTER_FLAG {
                 if self.version.load(Acquire) != old || self.sleepers.load(Relaxed) != s {
                     break;
                 }
