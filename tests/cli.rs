@@ -367,6 +367,34 @@ fn lab_smoke_runs_every_experiment_with_a_complete_report() {
         "{md}"
     );
 
+    // The same claim re-worded in a second file (a new floor, say) gets a row of its own:
+    // neither verdict is shown under the other's words.
+    let mut reworded = saved.clone();
+    let claim = &mut reworded["experiments"][0]["claims"][0]["statement"];
+    let original = claim.as_str().unwrap().to_string();
+    *claim = serde_json::Value::String(format!("{original} (re-worded)"));
+    let second = dir.join("reworded.json");
+    std::fs::write(&second, serde_json::to_string(&reworded).unwrap()).unwrap();
+    let out = spindle(&[
+        "lab",
+        "--markdown",
+        results.to_str().unwrap(),
+        second.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let md = stdout(&out);
+    let row = |words: &str| {
+        md.lines()
+            .find(|l| l.starts_with("| contention | ") && l.contains(&format!("| {words} |")))
+            .unwrap_or_else(|| panic!("no row for {words:?} in\n{md}"))
+            .to_string()
+    };
+    assert!(row(&original).ends_with("| not tested |"), "{md}");
+    assert!(
+        row(&format!("{original} (re-worded)")).contains("| not tested |"),
+        "{md}"
+    );
+
     // A second run, compared with the first: every median gets an unpaired ratio; the first
     // (complete) report is replaced only because the second completes.
     let out = spindle(&[

@@ -97,7 +97,11 @@ pub fn render(reports: &[(String, LabReport)]) -> String {
                     r.experiments
                         .iter()
                         .find(|x| x.name == e.name)
-                        .and_then(|x| x.claims.iter().find(|y| y.id == c.id))
+                        .and_then(|x| {
+                            x.claims
+                                .iter()
+                                .find(|y| y.id == c.id && y.statement == c.statement)
+                        })
                         .is_some_and(|y| y.verdict == crate::results::Verdict::Holds)
                 });
                 if everywhere {
@@ -108,7 +112,11 @@ pub fn render(reports: &[(String, LabReport)]) -> String {
                             r.experiments
                                 .iter()
                                 .find(|x| x.name == e.name)
-                                .and_then(|x| x.claims.iter().find(|y| y.id == c.id))
+                                .and_then(|x| {
+                                    x.claims
+                                        .iter()
+                                        .find(|y| y.id == c.id && y.statement == c.statement)
+                                })
                                 .map(|y| num(y.ratio.median))
                         })
                         .collect();
@@ -146,10 +154,16 @@ pub fn render(reports: &[(String, LabReport)]) -> String {
              document's, not that anything is wrong.",
         ),
     ] {
+        // One row per claim *as stated*: a claim whose statement changed between the runs (a
+        // new floor, a new bound) gets a row per statement, and "not tested" where a run
+        // measured the other one, so no verdict is shown under words it was not decided on.
         let mut ids: Vec<(String, String, String)> = Vec::new();
         for (_, r) in reports {
             for (e, c) in r.claims_by_kind(kind) {
-                if !ids.iter().any(|(x, y, _)| x == e && y == &c.id) {
+                if !ids
+                    .iter()
+                    .any(|(x, y, z)| x == e && y == &c.id && z == &c.statement)
+                {
                     ids.push((e.to_string(), c.id.clone(), c.statement.clone()));
                 }
             }
@@ -169,7 +183,11 @@ pub fn render(reports: &[(String, LabReport)]) -> String {
                         .experiments
                         .iter()
                         .find(|x| &x.name == e)
-                        .and_then(|x| x.claims.iter().find(|c| &c.id == id));
+                        .and_then(|x| {
+                            x.claims
+                                .iter()
+                                .find(|c| &c.id == id && &c.statement == statement)
+                        });
                     row.push(c.map_or("not tested".into(), |c| {
                         format!("{} ({})", c.verdict.word(c.kind), num(c.ratio.median))
                     }));
