@@ -105,12 +105,15 @@
 //! ```
 //!
 //! **The fast path** is a store, a load of a word that nobody writes while nobody waits (on a
-//! cache line of its own, away from the version that readers poll), and a branch: no `lock`ed instruction and no fence, and no dependency through memory from one
-//! signal to the next (the version comes from a register), so its cost does not hinge on
-//! whether the core renames memory — which made the earlier design (a non-`lock`ed
-//! `add [V], 2` with the flag in bit 0, then a test of that bit) cost 1.0 × a plain increment
-//! on Zen 1 and 7.6 × on Sapphire and Emerald Rapids Xeons. The store and the load need no
-//! `lock` because they touch different words: the producer never overwrites a flag.
+//! cache line of its own, away from the version that readers poll), and a branch: no `lock`ed
+//! instruction and no fence, and no dependency through memory from one signal to the next (the
+//! version comes from a register), so its cost does not hinge on whether the core renames
+//! memory. The earlier design (a non-`lock`ed `add [V], 2` with the flag in bit 0, then a test
+//! of that bit) did: it cost about a plain increment on Zen 1 and several times one on
+//! Sapphire and Emerald Rapids Xeons (the Xeon column of `docs/results.md`, and
+//! `../shared/measurements`). The lab's `eventcount` experiment measures the signal against a
+//! release store of the version on the machine at hand. The store and the load need no `lock`
+//! because they touch different words: the producer never overwrites a flag.
 //!
 //! **Why no wake-up is lost.** The producer's store to `V` and its load of `S` form the
 //! store-buffering pattern: x86-TSO lets the load complete while the store still sits in the

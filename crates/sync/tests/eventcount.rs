@@ -24,6 +24,7 @@ use spindle_sync::eventcount::{EventCount, SpEventCount, TimedOut};
 use spindle_sync::Deadline;
 
 mod common;
+use common::{time_limit, Rng};
 
 /// Waiters: 3 threads per CPU in all, counting the producers.
 fn waiters(producers: usize) -> usize {
@@ -32,15 +33,6 @@ fn waiters(producers: usize) -> usize {
 const HANDSHAKE_LIMIT: Duration = Duration::from_secs(3);
 
 /// How long the producers may keep signalling.
-fn time_limit() -> Duration {
-    let secs: f64 = std::env::var("SPINDLE_STRESS_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .filter(|s: &f64| s.is_finite() && *s > 0.0)
-        .unwrap_or(30.0);
-    Duration::from_secs_f64(secs)
-}
-
 fn signals() -> u64 {
     std::env::var("SPINDLE_STRESS_SIGNALS")
         .ok()
@@ -48,25 +40,12 @@ fn signals() -> u64 {
         .unwrap_or(10_000_000)
 }
 
-/// xorshift64*: enough randomness for burst lengths and dawdling.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// A burst length: half the bursts 1–8 signals, half up to 8192.
-    fn burst(&mut self) -> u64 {
-        if self.next() & 1 == 0 {
-            1 + self.below(8)
-        } else {
-            1 + self.below(8192)
-        }
+/// A burst length: half the bursts 1–8 signals, half up to 8192.
+fn burst(rng: &mut Rng) -> u64 {
+    if rng.next() & 1 == 0 {
+        1 + rng.below(8)
+    } else {
+        1 + rng.below(8192)
     }
 }
 
@@ -224,7 +203,7 @@ fn multi_producer_no_lost_wakeups() {
                     let mut rng = Rng(0xdead_beef_cafe_f00d ^ (p + 1));
                     let mut left = total / PRODUCERS;
                     while left > 0 && started.elapsed() < time_limit() {
-                        let k = rng.burst().min(left);
+                        let k = burst(&mut rng).min(left);
                         for _ in 0..k {
                             ec.increment();
                         }
@@ -266,7 +245,7 @@ fn single_producer_no_lost_wakeups() {
             let mut rng = Rng(0x0123_4567_89ab_cdef);
             let mut left = total;
             while left > 0 && started.elapsed() < time_limit() {
-                let k = rng.burst().min(left);
+                let k = burst(&mut rng).min(left);
                 for _ in 0..k {
                     producer.increment();
                 }

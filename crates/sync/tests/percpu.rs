@@ -19,35 +19,13 @@ use std::time::{Duration, Instant};
 use spindle_sync::percpu::{self, PerCpuCounter, PerCpuSlots, Registration};
 
 mod common;
+use common::{time_limit, Rng};
 
 fn adds() -> u64 {
     std::env::var("SPINDLE_PERCPU_ADDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1_000_000_000)
-}
-
-fn time_limit() -> Duration {
-    let secs: f64 = std::env::var("SPINDLE_STRESS_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .filter(|s: &f64| s.is_finite() && *s > 0.0)
-        .unwrap_or(30.0);
-    Duration::from_secs_f64(secs)
-}
-
-/// xorshift64*.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// The C library's signal calls (std links it; no crate needed).
