@@ -5,7 +5,11 @@
 //! * [`SignTest`]: "does A beat B in more than half of the pairs?", tested against a band around
 //!   ½: a secondary statistic, since a 0.1% win counts as much as a 2× one.
 //!
-//! For permutation tests of two *unpaired* samples, see [`crate::exact`].
+//! * [`median_ratio_verdict`]: the same three verdicts from two *unpaired* samples (another
+//!   tool's exports, say), about the ratio of the two medians instead of the median of a
+//!   per-pair ratio.
+//!
+//! For permutation tests of two unpaired samples, see [`crate::exact`].
 //!
 //! # The tolerance gate
 //!
@@ -44,9 +48,23 @@
 //! interval passes 1.05 after 15 pairs (`n ln 2 − ln(n + 1) > ln(2/ε)`). A true median ratio
 //! close to `1 + τ` takes long, as it must: it is the hard case for any test.
 
+//!
+//! # Unpaired samples: the ratio of medians
+//!
+//! Samples of A and of B taken apart (two hyperfine exports, two criterion baselines) have no
+//! pairs, so no per-pair ratio: [`median_ratio_verdict`] compares the medians `m_A` and `m_B`
+//! instead. Each median gets Robbins' order-statistic interval at ε/2 (ε/4 for each end), so
+//! both intervals cover their medians at once with probability at least 1 − ε. Times are
+//! positive, so `m_A / m_B` then lies in `[lo_A / hi_B, hi_A / lo_B]` (each quotient rounded
+//! outwards), and the verdict is read off that interval against the tolerance band exactly as
+//! the gate reads its own: wrong with probability at most ε. A wrong "slower" needs `lo_A`
+//! above `m_A` or `hi_B` below `m_B`, at most ε/4 each, so it has probability at most ε/2, as
+//! with the gate. This is a claim about the typical run of each command, not about the typical
+//! pair, and it needs more samples: the intervals of two medians are wider than one.
+
 use crate::driver::{Decision, Driver, DriverConfig, Outcome, Step, StopRule};
-use crate::quantile::{quantile_bounds, QuantileRanks};
-use crate::round::ln_down;
+use crate::quantile::{quantile_bounds, quantile_interval, QuantileInterval, QuantileRanks};
+use crate::round::{ln_down, next_down, next_up};
 use crate::StatsError;
 
 /// What a [`ToleranceGate`] concluded.
@@ -255,7 +273,7 @@ impl ToleranceGate {
     }
 
     /// Narrows an interval for the median ratio computed from the same pairs (with
-    /// [`quantile_interval`](crate::quantile_interval) and [`Self::log_eps`]) to what the running
+    /// [`crate::quantile_interval`] and [`Self::log_eps`]) to what the running
     /// intersection has established, so that the interval shown never contradicts the verdict.
     pub fn clamp(&self, (mut lo, mut hi): (f64, f64)) -> (f64, f64) {
         if self.known.above_tolerance {
@@ -272,6 +290,91 @@ impl ToleranceGate {
         }
         (lo, hi.max(lo))
     }
+}
+
+/// Two unpaired samples compared by the ratio of their medians: see the module documentation
+/// ("Unpaired samples") for the claim and its guarantee.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct UnpairedMedians {
+    /// The median of A, with its interval at ε/2 (ε/4 for each end; `None` where too few samples
+    /// bound it).
+    pub a: QuantileInterval,
+    /// The median of B, likewise.
+    pub b: QuantileInterval,
+    /// The point estimate median(A) / median(B).
+    pub ratio: f64,
+    /// The interval of the ratio of the true medians, `lo_A / hi_B` rounded down and
+    /// `hi_A / lo_B` rounded up (`None` where a median is unbounded on the side it needs).
+    pub interval: (Option<f64>, Option<f64>),
+    /// What the interval establishes about the tolerance band.
+    pub knowledge: GateKnowledge,
+    /// The verdict ([`GateVerdict::Undecided`] when the interval straddles a band edge, or is
+    /// open).
+    pub verdict: GateVerdict,
+}
+
+/// Decides whether A is slower than B by more than `tolerance` (τ, at least 0) from two
+/// unpaired samples of positive costs (times, say), by the ratio of their medians, with a wrong
+/// verdict at most `eps` likely (a wrong [`GateVerdict::Slower`] at most `eps`/2).
+///
+/// Errors: an empty sample, a value that is not finite and above zero, or `tolerance`/`eps`
+/// outside the ranges of [`ToleranceGate::new`].
+///
+/// ```
+/// use spindle_stats::{median_ratio_verdict, GateVerdict};
+/// // 40 runs of each; every run of A takes twice as long as the runs of B around it.
+/// let b: Vec<f64> = (0..40).map(|i| 1.0 + 0.001 * i as f64).collect();
+/// let a: Vec<f64> = b.iter().map(|t| 2.0 * t).collect();
+/// let m = median_ratio_verdict(&a, &b, 0.05, 1e-3).unwrap();
+/// assert_eq!(m.verdict, GateVerdict::Slower);
+/// assert!(m.interval.0.unwrap() > 1.05);
+/// ```
+pub fn median_ratio_verdict(
+    a: &[f64],
+    b: &[f64],
+    tolerance: f64,
+    eps: f64,
+) -> Result<UnpairedMedians, StatsError> {
+    // The same parameter checks as the gate's, so that both modes refuse the same input.
+    let gate = ToleranceGate::new(tolerance, eps)?;
+    for (name, sample) in [("A", a), ("B", b)] {
+        if sample.is_empty() {
+            return Err(StatsError::Invalid(format!("sample {name} is empty")));
+        }
+        if let Some(v) = sample.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
+            return Err(StatsError::Invalid(format!(
+                "sample {name} holds {v}: values must be finite and above zero"
+            )));
+        }
+    }
+    // ε/2 per median (one ULP less, so that no rounding can enlarge it); quantile_interval
+    // gives each end half of that.
+    let log_eps = ln_down(next_down(eps / 2.0));
+    let qa = quantile_interval(a, 0.5, log_eps).expect("checked non-empty");
+    let qb = quantile_interval(b, 0.5, log_eps).expect("checked non-empty");
+    let lo = match (qa.lower, qb.upper) {
+        (Some(la), Some(ub)) => Some(next_down(la / ub)),
+        _ => None,
+    };
+    let hi = match (qa.upper, qb.lower) {
+        (Some(ua), Some(lb)) => Some(next_up(ua / lb)),
+        _ => None,
+    };
+    let (upper, lower) = (gate.upper_ratio(), gate.lower_ratio());
+    let knowledge = GateKnowledge {
+        above_tolerance: lo.is_some_and(|l| l > upper),
+        below_tolerance: hi.is_some_and(|h| h < lower),
+        not_slower: hi.is_some_and(|h| h <= upper),
+        not_faster: lo.is_some_and(|l| l >= lower),
+    };
+    Ok(UnpairedMedians {
+        a: qa,
+        b: qb,
+        ratio: qa.estimate / qb.estimate,
+        interval: (lo, hi),
+        knowledge,
+        verdict: knowledge.verdict().unwrap_or(GateVerdict::Undecided),
+    })
 }
 
 /// Who won a [`SignTest`].
@@ -397,6 +500,44 @@ pub fn sign_test(
         }
     }
     Ok(test.outcome())
+}
+
+/// P(X ≥ k) for X ~ Binomial(n, ½): the one-sided p-value of a sign test that saw `k` of `n`
+/// observations on one side of a median hypothesised to lie between them. Summed exactly in
+/// the log domain (relative error below 1e-11 for n in the thousands, as the tests check), in
+/// O(n) steps.
+///
+/// ```
+/// use spindle_stats::sign_tail;
+/// assert_eq!(sign_tail(10, 10), 1.0 / 1024.0);
+/// assert!((sign_tail(10, 9) - 11.0 / 1024.0).abs() < 1e-15);
+/// assert_eq!(sign_tail(10, 0), 1.0);
+/// ```
+pub fn sign_tail(n: u64, k: u64) -> f64 {
+    if k == 0 {
+        return 1.0;
+    }
+    if k > n {
+        return 0.0;
+    }
+    // ln C(n, j) for j = k, k+1, …, n by the ratio C(n, j+1) / C(n, j) = (n − j) / (j + 1),
+    // starting from ln C(n, k) = Σ_{i<k} ln((n − i) / (i + 1)) (or from the symmetric end).
+    let start: f64 = (0..k.min(n - k))
+        .map(|i| ((n - i) as f64).ln() - ((i + 1) as f64).ln())
+        .sum();
+    let mut log_terms = Vec::with_capacity((n - k + 1) as usize);
+    let mut log_c = start;
+    for j in k..=n {
+        log_terms.push(log_c);
+        if j < n {
+            log_c += ((n - j) as f64).ln() - ((j + 1) as f64).ln();
+        }
+    }
+    let top = log_terms.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let sum: f64 = log_terms.iter().map(|&t| (t - top).exp()).sum();
+    (top + sum.ln() - n as f64 * std::f64::consts::LN_2)
+        .exp()
+        .min(1.0)
 }
 
 #[cfg(test)]
@@ -566,6 +707,88 @@ mod tests {
         assert_eq!(gate.pairs(), 0);
     }
 
+    /// Reference values: at ε = 10⁻³ each median gets ε/2, and `spindle stats quantile N 0.5
+    /// 5e-4` gives its ranks: none for 16 samples, the extremes (1 and 17) for 17, 7 and 34 for
+    /// 40. The interval of the ratio is then a quotient of two samples, rounded outwards.
+    #[test]
+    fn median_ratio_reference_values() {
+        let series =
+            |base: f64, n: u64| -> Vec<f64> { (1..=n).rev().map(|i| base + i as f64).collect() };
+
+        // 16 a side: no order statistic bounds a median, whatever the data say.
+        let m = median_ratio_verdict(&series(200.0, 16), &series(100.0, 16), 0.05, 1e-3).unwrap();
+        assert_eq!(m.interval, (None, None));
+        assert_eq!(m.verdict, GateVerdict::Undecided);
+        assert_eq!(m.knowledge, GateKnowledge::default());
+
+        // 17 a side: the medians are bounded by the smallest and largest samples.
+        let m = median_ratio_verdict(&series(200.0, 17), &series(100.0, 17), 0.05, 1e-3).unwrap();
+        assert_eq!((m.a.estimate, m.b.estimate), (209.0, 109.0));
+        assert_eq!(m.ratio, 209.0 / 109.0);
+        assert_eq!(
+            m.interval,
+            (Some(next_down(201.0 / 117.0)), Some(next_up(217.0 / 101.0)))
+        );
+        assert_eq!(m.verdict, GateVerdict::Slower);
+
+        // 40 a side: ranks 7, 20 (the estimate) and 34.
+        let (a, b) = (series(200.0, 40), series(100.0, 40));
+        let m = median_ratio_verdict(&a, &b, 0.05, 1e-3).unwrap();
+        assert_eq!(
+            (m.a.lower, m.a.estimate, m.a.upper),
+            (Some(207.0), 220.0, Some(234.0))
+        );
+        assert_eq!(
+            m.interval,
+            (Some(next_down(207.0 / 134.0)), Some(next_up(234.0 / 107.0)))
+        );
+        assert_eq!(m.verdict, GateVerdict::Slower);
+        assert!(m.knowledge.above_tolerance && m.knowledge.not_faster);
+        let m = median_ratio_verdict(&b, &a, 0.05, 1e-3).unwrap();
+        assert_eq!(m.verdict, GateVerdict::Faster);
+        assert_eq!(m.interval.1, Some(next_up(134.0 / 207.0)));
+
+        // The same 40 values on both sides: 1007/1034 and 1034/1007 lie inside [1/1.05, 1.05].
+        let same = series(1000.0, 40);
+        let m = median_ratio_verdict(&same, &same, 0.05, 1e-3).unwrap();
+        assert_eq!(m.verdict, GateVerdict::Within);
+        assert_eq!(m.ratio, 1.0);
+        // 1.5% is too tight for the same data: 1034/1007 > 1.015 and 1007/1034 < 1/1.015.
+        let m = median_ratio_verdict(&same, &same, 0.015, 1e-3).unwrap();
+        assert_eq!(m.verdict, GateVerdict::Undecided);
+        assert_eq!(m.knowledge, GateKnowledge::default());
+    }
+
+    /// The hardest case for a false "slower": A's median exactly 1 + τ times B's. At ε = 0.2 a
+    /// wrong "slower" may come at most ε/2 = 10% of the time.
+    #[test]
+    fn median_ratio_exactly_at_the_tolerance_is_rarely_called_slower() {
+        let mut rng = SplitMix64::new(5);
+        let runs = 2000u64;
+        let mut slower = 0;
+        for _ in 0..runs {
+            let b: Vec<f64> = (0..60).map(|_| (0.1 * normal(&mut rng)).exp()).collect();
+            let a: Vec<f64> = (0..60)
+                .map(|_| 1.05 * (0.1 * normal(&mut rng)).exp())
+                .collect();
+            let m = median_ratio_verdict(&a, &b, 0.05, 0.2).unwrap();
+            slower += (m.verdict == GateVerdict::Slower) as u64;
+        }
+        let (lo, _) = crate::csm::confidence_sequence(runs, slower, 1e-6f64.ln());
+        assert!(lo < 0.1, "{slower} 'slower' in {runs}");
+    }
+
+    #[test]
+    fn median_ratio_refuses_what_it_cannot_divide() {
+        let ok = [1.0, 2.0];
+        assert!(median_ratio_verdict(&[], &ok, 0.05, 1e-3).is_err());
+        assert!(median_ratio_verdict(&ok, &[1.0, 0.0], 0.05, 1e-3).is_err());
+        assert!(median_ratio_verdict(&ok, &[1.0, f64::NAN], 0.05, 1e-3).is_err());
+        assert!(median_ratio_verdict(&[-1.0], &ok, 0.05, 1e-3).is_err());
+        assert!(median_ratio_verdict(&ok, &ok, -0.05, 1e-3).is_err());
+        assert!(median_ratio_verdict(&ok, &ok, 0.05, 1.0).is_err());
+    }
+
     #[test]
     fn sign_test_finds_the_faster_side() {
         let mut rng = SplitMix64::new(7);
@@ -628,5 +851,29 @@ mod tests {
         assert!(SignTest::new(0.5, 0.01, 10).is_err());
         assert!(SignTest::new(-0.1, 0.01, 10).is_err());
         assert!(SignTest::new(0.1, 2.0, 10).is_err());
+    }
+
+    #[test]
+    fn sign_tail_matches_exact_binomial_sums() {
+        // Exact: Σ_{j ≥ k} C(n, j) / 2^n, in integers for n ≤ 60.
+        for n in [1u64, 2, 7, 10, 38, 60] {
+            let mut c = vec![1u128; 1];
+            for i in 0..n {
+                c.push(c[i as usize] * (n - i) as u128 / (i + 1) as u128);
+            }
+            for k in 0..=n + 1 {
+                let exact: u128 = (k..=n).map(|j| c[j as usize]).sum();
+                let want = exact as f64 / 2f64.powi(n as i32);
+                let got = sign_tail(n, k);
+                assert!(
+                    (got - want).abs() <= 1e-12 * want.max(1e-300),
+                    "n={n} k={k}: {got} vs {want}"
+                );
+            }
+        }
+        // Large odd n: the upper half of the outcomes has probability ½; far out it is tiny.
+        let half = sign_tail(2001, 1001);
+        assert!((half - 0.5).abs() < 1e-11, "{half}");
+        assert!(sign_tail(2000, 1200) < 1e-18);
     }
 }

@@ -30,6 +30,7 @@
 //! | [`power()`] | probability that a driver decides within a budget (simulation, itself decided by CSM) |
 //! | [`quantile_bounds`] | order-statistic ranks bounding a quantile, valid under peeking |
 //! | [`ToleranceGate`] | paired A-vs-B comparison: "slower by more than τ?" from the median time ratio |
+//! | [`median_ratio_verdict`] | the same question from two unpaired samples, by the ratio of their medians |
 //! | [`SignTest`], [`sign_test`] | paired A-vs-B comparison: "does A win more than half the pairs?" |
 //! | [`location_test`], [`exact_test`] | the post's permutation test of a difference of means, medians or quantiles (or any statistic), stopped by CSM |
 //!
@@ -58,6 +59,11 @@
 
 use std::fmt;
 
+// The README's examples are compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub mod beta;
 pub mod compare;
 pub mod csm;
@@ -70,7 +76,8 @@ pub mod round;
 
 pub use beta::{beta_bound, beta_icdf, log_proportion, proportion_shape, rate_interval, BetaBound};
 pub use compare::{
-    sign_test, GateKnowledge, GateVerdict, SignOutcome, SignTest, ToleranceGate, Winner,
+    median_ratio_verdict, sign_tail, sign_test, GateKnowledge, GateVerdict, SignOutcome, SignTest,
+    ToleranceGate, UnpairedMedians, Winner,
 };
 pub use csm::{confidence_sequence, csm, log_choose_upper, CsmCheck};
 pub use driver::{drive, Decision, Driver, DriverConfig, Outcome, Side, Step, StopRule};
