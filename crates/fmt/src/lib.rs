@@ -92,10 +92,13 @@
 //! written into reserved spare capacity ([`append`]). Every store is a bounds-checked slice
 //! copy; the compiler removes the checks it can prove.
 #![no_std]
-#![deny(unsafe_op_in_unsafe_fn)]
-#![warn(clippy::undocumented_unsafe_blocks)]
 
 extern crate alloc;
+
+// The README's examples are compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 use core::mem::MaybeUninit;
 
@@ -158,17 +161,17 @@ fn strip4(bcd: u32) -> (u32, usize) {
 
 #[inline(always)]
 fn put2(out: &mut [Out], at: usize, v: u16) {
-    out[at..at + 2].write_copy_of_slice(&v.to_le_bytes());
+    out[at..at + 2].copy_from_slice(&v.to_le_bytes().map(Out::new));
 }
 
 #[inline(always)]
 fn put4(out: &mut [Out], at: usize, v: u32) {
-    out[at..at + 4].write_copy_of_slice(&v.to_le_bytes());
+    out[at..at + 4].copy_from_slice(&v.to_le_bytes().map(Out::new));
 }
 
 #[inline(always)]
 fn put8(out: &mut [Out], at: usize, v: u64) {
-    out[at..at + 8].write_copy_of_slice(&v.to_le_bytes());
+    out[at..at + 8].copy_from_slice(&v.to_le_bytes().map(Out::new));
 }
 
 /// The contract of the original C functions: write into a fixed-size array, return the
