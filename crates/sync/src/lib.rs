@@ -30,9 +30,10 @@
 //! - **A single thread publishes** (a ring's write index, a sequence number): [`SpEventCount`].
 //!   Its signal is a plain store and a load, with no atomic instruction and no fence, so
 //!   blocking support costs about nothing when nobody waits. The price is on the waiter's
-//!   side: for one second after it announces itself it sleeps in 4, 8, 16, … ms naps (see
-//!   [`eventcount`] for why) — the producer still wakes it at once; the naps only bound a rare
-//!   race. Not on an isolated `nohz_full` core.
+//!   side: after announcing itself it watches the version for 2 µs, and for one second it
+//!   sleeps in 4, 8, 16, … ms naps (see [`eventcount`] for why) — the producer still wakes
+//!   it at once; the naps only bound a race the watch is there to catch. Not on an isolated
+//!   `nohz_full` core.
 //! - **A ring between two threads**: [`spsc`], built on two [`SpEventCount`]s: push and pop
 //!   block when they must and execute no `lock`ed instruction when nobody waits.
 //! - **A queue between many threads**: [`mpmc`], a bounded channel with one CAS per operation
@@ -75,6 +76,11 @@
 //! re-check, with no fence, where crossbeam-epoch, haphazard and seize fence on every read.
 
 #![warn(missing_docs)]
+
+// The README's examples are compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 mod channel;
 pub mod eventcount;

@@ -96,16 +96,16 @@ use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
 use std::time::Duration;
 
-pub use crate::channel::{
-    PopError as RecvError, PopTimeoutError as RecvTimeoutError, PushError as SendError,
-    PushTimeoutError as SendTimeoutError, TryPopError as TryRecvError,
-    TryPushError as TrySendError,
-};
 use crate::eventcount::EventCount;
 use crate::primitives::{
     spin_loop, yield_now, Arc, AtomicU64, AtomicUsize, CachePadded, Ordering::*,
 };
 use crate::time::Deadline;
+
+crate::channel::errors! {
+    put: TrySendError, SendTimeoutError, SendError, "send";
+    take: TryRecvError, RecvTimeoutError, RecvError, "receive";
+}
 
 const RECEIVERS_WAIT: u64 = 1;
 const SENDERS_WAIT: u64 = 1;
@@ -650,6 +650,25 @@ mod tests {
         drop(rx);
         assert_eq!(tx.try_send(2), Err(TrySendError::Disconnected(2)));
         assert_eq!(tx.send(3), Err(SendError(3)));
+    }
+
+    /// The errors carry crossbeam-channel's names, in their types and in what they print.
+    #[test]
+    fn mpmc_errors_are_named_after_send_and_recv() {
+        let name = std::any::type_name::<SendError<u8>>();
+        assert!(name.ends_with("mpmc::SendError<u8>"), "{name}");
+        assert_eq!(format!("{:?}", SendError(3)), "SendError(..)");
+        assert_eq!(format!("{:?}", TrySendError::Full(3)), "Full(..)");
+        assert!(TrySendError::Disconnected(3).is_disconnected());
+        assert!(SendTimeoutError::Timeout(3).is_timeout());
+        assert_eq!(SendTimeoutError::Disconnected(4).into_inner(), 4);
+        assert_eq!(format!("{RecvError:?}"), "RecvError");
+        assert_eq!(
+            RecvTimeoutError::Disconnected.to_string(),
+            "nothing to take, and the sending side is gone"
+        );
+        let boxed: Box<dyn std::error::Error> = Box::new(SendError(3));
+        assert_eq!(boxed.to_string(), "the receiving side is gone");
     }
 
     #[test]

@@ -84,12 +84,14 @@ use std::marker::PhantomData;
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::time::Duration;
 
-pub use crate::channel::{
-    PopError, PopTimeoutError, PushError, PushTimeoutError, TryPopError, TryPushError,
-};
 use crate::eventcount::SpEventCount;
 use crate::primitives::{Arc, CachePadded};
 use crate::time::Deadline;
+
+crate::channel::errors! {
+    put: TryPushError, PushTimeoutError, PushError, "push";
+    take: TryPopError, PopTimeoutError, PopError, "pop";
+}
 
 /// Indices live in bits 1..64 of a version: they count modulo 2^63.
 const INDEX_MASK: u64 = u64::MAX >> 1;

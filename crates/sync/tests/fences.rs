@@ -57,7 +57,7 @@ fn await_value(word: &AtomicU64, k: u64) {
     while word.load(Acquire) < k {
         std::hint::spin_loop();
         spins += 1;
-        if spins.is_multiple_of(256) {
+        if spins % 256 == 0 {
             std::thread::yield_now();
         }
     }
@@ -112,7 +112,7 @@ fn with_hogs<R>(hogs: usize, f: impl FnOnce() -> R) -> R {
                 let mut i = 0u64;
                 while !stop.load(Relaxed) {
                     i = std::hint::black_box(i.wrapping_add(1));
-                    if i.is_multiple_of(4096) {
+                    if i % 4096 == 0 {
                         std::thread::yield_now();
                     }
                 }

@@ -42,7 +42,7 @@ fn hammer<R: RawMutex + Sync>(rounds: u64) -> u64 {
         for _ in 0..threads() {
             s.spawn(move || {
                 for i in 0..rounds {
-                    if i.is_multiple_of(4) && g.lock.try_lock() {
+                    if i % 4 == 0 && g.lock.try_lock() {
                         try_hits.fetch_add(1, Relaxed);
                     } else {
                         g.lock.lock();
@@ -64,11 +64,8 @@ fn hammer<R: RawMutex + Sync>(rounds: u64) -> u64 {
     });
     assert!(!g.lock.is_locked());
     // SAFETY: every thread has been joined.
-    assert_eq!(
-        unsafe { *g.count.get() },
-        rounds * threads() as u64,
-        "lost increments"
-    );
+    let count = unsafe { *g.count.get() };
+    assert_eq!(count, rounds * threads() as u64, "lost increments");
     breaches.load(Relaxed)
 }
 
@@ -80,7 +77,7 @@ fn guards<R: RawMutex + Sync>(rounds: u64) {
             let m = &m;
             s.spawn(move || {
                 for i in 0..rounds {
-                    let mut g = if (i + t as u64).is_multiple_of(3) {
+                    let mut g = if (i + t as u64) % 3 == 0 {
                         match m.try_lock() {
                             Some(g) => g,
                             None => m.lock(),

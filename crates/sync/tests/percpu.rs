@@ -171,7 +171,7 @@ fn exact_total(counter: &PerCpuCounter, total: u64, label: &str) {
         let mut k = i as u64;
         while left > 0 {
             k = k.wrapping_add(1);
-            if k.is_multiple_of(1024) && left >= 7 {
+            if k % 1024 == 0 && left >= 7 {
                 counter.add(7);
                 left -= 7;
             } else {
@@ -230,7 +230,7 @@ fn slots_conserve(slots: PerCpuSlots, label: &str) {
             let mut hand = hands[i].lock().unwrap();
             let mut rng = Rng(0x1234_5678 + i as u64);
             let mut n = 0u64;
-            while n < ops_limit && (!n.is_multiple_of(4096) || Instant::now() < deadline) {
+            while n < ops_limit && (n % 4096 != 0 || Instant::now() < deadline) {
                 n += 1;
                 if rng.below(2) == 0 {
                     if let Some(v) = hand.pop() {

@@ -113,6 +113,7 @@ fn model_rounds<L: ModelLock>(rounds: &[u32], preemption_bound: usize, use_try: 
         );
         // SAFETY: `attempt` holds the lock; no other thread is left to race with the read.
         let total = s.counter.with(|c| unsafe { *c });
+        // SAFETY: this thread took the lock with `attempt` above.
         unsafe { s.lock.release() };
         assert_eq!(total, rounds.iter().sum::<u32>());
     });
