@@ -23,10 +23,20 @@ fn main() {
         ""
     };
     println!("cargo:rustc-env=SPINDLE_COMMIT={commit}{suffix}");
-    // Re-run when the checked-out commit or any tracked source changes.
+    // Re-run when the checked-out commit or any source changes: HEAD (a checkout), the branch
+    // it points to (a commit) and packed refs. Not `.git/index`, which `git status` and editors
+    // touch without changing anything, and which would rebuild the lab each time.
     if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
-        println!("cargo:rerun-if-changed={dir}/HEAD");
-        println!("cargo:rerun-if-changed={dir}/index");
+        let branch = git(&["symbolic-ref", "-q", "HEAD"]);
+        let watched = ["HEAD".to_string(), "packed-refs".to_string()]
+            .into_iter()
+            .chain(branch);
+        // A file named here that does not exist would make every build stale.
+        for file in watched.map(|f| format!("{dir}/{f}")) {
+            if std::path::Path::new(&file).exists() {
+                println!("cargo:rerun-if-changed={file}");
+            }
+        }
     }
     for path in ["../../src", "../../crates", "../../Cargo.toml"] {
         println!("cargo:rerun-if-changed={path}");

@@ -411,38 +411,19 @@ pub fn microarchitecture(vendor: &str, family: u32, model: u32, stepping: u32) -
     Some(name.to_string())
 }
 
-/// Fraction of the CPUs' time spent busy over `window`, from /proc/stat (user, nice, system,
-/// irq, softirq, steal over all fields but idle and iowait).
+/// Fraction of the CPUs' time spent busy over `window` (user, nice and system time, and steal
+/// time, from the same counters as the runner's load checks).
 fn cpu_busy(cpus: &[usize], window: Duration) -> Option<f64> {
-    fn snapshot(cpus: &[usize]) -> Option<(u64, u64)> {
-        let text = fs::read_to_string("/proc/stat").ok()?;
-        let (mut busy, mut total) = (0u64, 0u64);
-        for line in text.lines() {
-            let mut f = line.split_whitespace();
-            let name = f.next()?;
-            let Some(n) = name
-                .strip_prefix("cpu")
-                .and_then(|n| n.parse::<usize>().ok())
-            else {
-                continue;
-            };
-            if !cpus.contains(&n) {
-                continue;
-            }
-            let v: Vec<u64> = f.filter_map(|x| x.parse().ok()).collect();
-            if v.len() < 5 {
-                continue;
-            }
-            let all: u64 = v.iter().take(8).sum();
-            busy += all - v[3] - v[4];
-            total += all;
-        }
-        (total > 0).then_some((busy, total))
-    }
-    let (b0, t0) = snapshot(cpus)?;
+    use crate::load::{LoadSource, ProcLoad};
+    let mut source = ProcLoad::new(cpus, true);
+    let a = source.read()?;
     std::thread::sleep(window);
-    let (b1, t1) = snapshot(cpus)?;
-    (t1 > t0).then(|| (b1 - b0) as f64 / (t1 - t0) as f64)
+    let b = source.read()?;
+    let ticks = (b.busy - a.busy + b.steal - a.steal) as f64;
+    let capacity = b.at.duration_since(a.at).as_secs_f64()
+        * source.ticks_per_second()
+        * cpus.len().max(1) as f64;
+    (capacity > 0.0).then(|| (ticks / capacity).min(1.0))
 }
 
 fn read_trimmed(path: &str) -> Option<String> {

@@ -9,9 +9,21 @@ use spindle_stats::quantile_interval;
 
 use crate::machine::Machine;
 
-/// Version of this schema; bumped when a field changes meaning. Files of another version are
-/// refused with a message rather than misread.
-pub const SCHEMA: u32 = 2;
+/// Version of this schema; bumped when a field changes meaning. Files of other versions are
+/// refused with a message rather than misread, except version 2, whose fields are a subset
+/// (claims decided by a sign test in a band, no planner record), read with defaults.
+pub const SCHEMA: u32 = 3;
+
+/// Oldest schema [`LabReport::from_json`] reads.
+pub const OLDEST_READABLE_SCHEMA: u32 = 2;
+
+/// How a verdict is reached, for every report: two sentences a user can check against the
+/// numbers beside them.
+pub const VERDICT_RULE: &str = "Each trial runs both sides of a claim back to back and takes the ratio of \
+their costs; a claim holds when the confidence sequence for the median of those ratios lies more than 2% \
+inside its bound, is violated when it lies more than 2% beyond it, and is otherwise undecided. A verdict \
+is wrong with probability at most ε per claim however early the lab stops; a later batch of trials must \
+not contradict it, and trials measured while other processes loaded the CPUs are discarded.";
 
 /// JSON has no NaN: non-finite numbers are written as `null` and read back as NaN (a
 /// variant that did not report a metric in a trial, the median of no values).
@@ -261,6 +273,51 @@ pub struct SectionResult {
     pub baseline: Option<String>,
     pub metrics: Vec<MetricInfo>,
     pub variants: Vec<VariantResult>,
+    /// Trials of this section kept (the runner runs a section only while it has work to do).
+    #[serde(default)]
+    pub trials: u64,
+    /// Why the runner stopped running this section.
+    #[serde(default)]
+    pub stop_reason: String,
+    /// Trials measured and then discarded because other processes loaded the CPUs.
+    #[serde(default)]
+    pub discarded_trials: u64,
+    /// The load other processes put on the machine while this section ran.
+    #[serde(default)]
+    pub load: Option<LoadRecord>,
+}
+
+/// What the runner saw of other processes' load while a section ran, over windows of trials
+/// (see `load.rs`).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct LoadRecord {
+    pub windows: u64,
+    /// Windows whose trials were discarded.
+    pub loaded_windows: u64,
+    /// The most CPU time (in CPUs) other processes took in one window.
+    pub max_others_cpus: f64,
+    /// The most steal time (in CPUs) in one window.
+    pub max_steal_cpus: f64,
+    /// The most runnable threads seen on the machine (the lab's own included).
+    pub max_runnable: u32,
+}
+
+/// One stretch of time the planner gave an experiment.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Visit {
+    /// "first pass" (every experiment's minimum share) or "open claims" (time left over,
+    /// given to the experiments most likely to settle their open claims: confirm provisional
+    /// verdicts, decide the others).
+    pub phase: String,
+    /// Seconds the planner gave.
+    pub slice_s: f64,
+    /// Seconds it took.
+    pub used_s: f64,
+    /// Trials run in this visit (each runs only the sections still at work).
+    pub trials: u64,
+    /// Claims decided in this visit.
+    pub decided: u32,
+    pub stop_reason: String,
 }
 
 /// A document a reproduction re-measures.
@@ -334,19 +391,29 @@ pub struct ClaimResult {
     pub verdict: Verdict,
     /// One sentence on why.
     pub explanation: String,
-    /// Trials the driver consumed before deciding.
+    /// Trials the test used: up to its decision, or all of them for an undecided claim.
     pub trials: u64,
-    /// Trials in which the relation held.
+    /// Of those, trials whose ratio satisfied the relation.
     pub successes: u64,
     /// Trials left out because an operand hit its time cap.
     pub capped_trials: u64,
-    /// Confidence interval of P(relation holds in a trial), valid at the stopping time.
-    pub success_interval: [f64; 2],
-    pub band: [f64; 2],
+    /// Relative distance from the bound inside which a median is "at the bound" (schema 3).
+    #[serde(default)]
+    pub margin: Option<f64>,
+    /// The batches that confirmed (or contradicted) the test's verdict: each visit's trials
+    /// and median ratio (schema 3; empty for a claim that never reached a verdict).
+    #[serde(default)]
+    pub confirmation: Vec<(u64, f64)>,
+    /// Schema 2 only: the interval of P(relation holds in a trial) and its band.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub success_interval: Option<[f64; 2]>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub band: Option<[f64; 2]>,
     pub eps: f64,
-    /// The per-trial ratio over all trials: median and its interval.
+    /// The per-trial ratio over the trials the test used: median, and (schema 3) the
+    /// confidence sequence's interval for it as `median_lo`/`median_hi`.
     pub ratio: Summary,
-    /// Every trial's ratio.
+    /// Those trials' ratios.
     #[serde(with = "finite_vec")]
     pub ratios: Vec<f64>,
 }
@@ -384,7 +451,7 @@ pub struct ExperimentResult {
     pub question: String,
     pub references: Vec<Reference>,
     pub parameters: Vec<Param>,
-    /// Seconds this experiment may take in this profile.
+    /// Seconds the planner gave this experiment, over all its visits.
     pub budget_s: f64,
     pub trials: u64,
     pub stop_reason: String,
@@ -395,6 +462,9 @@ pub struct ExperimentResult {
     pub notes: Vec<String>,
     /// False while trials are still running (or were interrupted).
     pub complete: bool,
+    /// The stretches of time the planner gave this experiment.
+    #[serde(default)]
+    pub visits: Vec<Visit>,
 }
 
 impl ExperimentResult {
@@ -440,6 +510,9 @@ pub struct LabReport {
     /// Seconds of lab time so far (fingerprint included).
     pub lab_seconds: f64,
     pub profile: Profile,
+    /// Seconds the planner had for the whole run (schema 3).
+    #[serde(default)]
+    pub budget_s: f64,
     pub eps: f64,
     pub state: RunState,
     pub machine: Machine,
@@ -466,15 +539,42 @@ impl LabReport {
             .count()
     }
 
+    /// Windows of trials over the run, those discarded under other processes' load, and the
+    /// most CPUs other processes took in one window: (windows, loaded, worst).
+    pub fn load(&self) -> (u64, u64, f64) {
+        let mut out = (0, 0, 0.0f64);
+        for r in self
+            .experiments
+            .iter()
+            .flat_map(|e| &e.sections)
+            .filter_map(|s| s.load)
+        {
+            out.0 += r.windows;
+            out.1 += r.loaded_windows;
+            out.2 = out.2.max(r.max_others_cpus + r.max_steal_cpus);
+        }
+        out
+    }
+
+    /// One sentence on other processes' load, when some window was discarded for it.
+    pub fn load_sentence(&self) -> Option<String> {
+        let (windows, loaded, worst) = self.load();
+        (loaded > 0).then(|| {
+            format!(
+                "other processes loaded the CPUs (up to {worst:.2} CPUs) in {loaded} of {windows} windows of trials; those trials were discarded and measured again, and claims whose trials were all discarded stay undecided"
+            )
+        })
+    }
+
     /// Reads a `results.json`, refusing other schemas with a sentence that says so.
     pub fn from_json(text: &str) -> Result<LabReport, String> {
         let value: serde_json::Value =
             serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
         match value.get("schema").and_then(|s| s.as_u64()) {
-            Some(s) if s == u64::from(SCHEMA) => {}
+            Some(s) if (u64::from(OLDEST_READABLE_SCHEMA)..=u64::from(SCHEMA)).contains(&s) => {}
             Some(s) => {
                 return Err(format!(
-                    "written by a lab with results schema {s}; this lab reads schema {SCHEMA}"
+                    "written by a lab with results schema {s}; this lab reads schemas {OLDEST_READABLE_SCHEMA} to {SCHEMA}"
                 ))
             }
             None => {
@@ -575,8 +675,10 @@ mod tests {
             trials: 0,
             successes: 0,
             capped_trials: 0,
-            success_interval: [0.0, 1.0],
-            band: [0.4, 0.6],
+            margin: Some(0.02),
+            confirmation: Vec::new(),
+            success_interval: None,
+            band: None,
             eps: 1e-3,
             ratio: s,
             ratios: vec![1.0, f64::NAN],

@@ -29,8 +29,8 @@
 //! ```no_run
 //! use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 //! use spindle_lab::kit::{time, CachePadded};
-//! use spindle_lab::runner::Ctx;
-//! use spindle_lab::spec::{Claim, Experiment, Info, Plan, Section, Variant};
+//! use spindle_lab::runner::{Ctx, Experiment};
+//! use spindle_lab::spec::{Claim, Info, Plan, Section, Variant};
 //!
 //! struct Increments;
 //!
@@ -80,15 +80,6 @@ pub struct Info {
     /// Seconds this experiment may take in the quick profile (the full profile allows six
     /// times as much). The sum over the catalogue is the lab's time bound.
     pub quick_seconds: u32,
-}
-
-/// An experiment of the lab.
-pub trait Experiment: Sync {
-    fn info(&self) -> Info;
-    /// Sizes the parameters from `ctx`, builds state and a [`Plan`] that borrows it, and hands
-    /// the plan to [`Ctx::measure`](crate::runner::Ctx::measure). An `Err` is reported as the
-    /// experiment's failure (with whatever it measured before).
-    fn run(&self, ctx: &mut crate::runner::Ctx<'_>) -> Result<(), String>;
 }
 
 /// A column of a section: one metric, one unit.
@@ -384,10 +375,11 @@ impl Relation {
 
 /// A statement about the ratio of two (variant, metric) values measured in the same trial.
 ///
-/// Each trial is a Bernoulli outcome — did `numerator / denominator` satisfy the relation? —
-/// and a CSM driver tests P(yes) against the band (0.4, 0.6): above 0.6 the claim holds (so the
-/// *median* ratio satisfies the relation), below 0.4 it is violated, inside the band it is
-/// borderline. A claim the budget cannot decide is reported undecided, never rounded.
+/// The runner decides it from the *median* of the per-trial ratios: it holds when Robbins'
+/// confidence sequence for that median lies more than `margin` inside the bound, is violated
+/// when it lies more than `margin` beyond it, and is undecided otherwise (too few trials, or a
+/// median within `margin` of the bound). A claim the budget cannot decide is reported
+/// undecided, never rounded.
 #[derive(Clone, Debug)]
 pub struct Claim {
     pub id: &'static str,
@@ -397,8 +389,15 @@ pub struct Claim {
     pub numerator: (String, Option<&'static str>),
     pub denominator: (String, Option<&'static str>),
     pub relation: Relation,
-    pub band: (f64, f64),
+    /// Relative distance from the bound inside which the median is "at the bound" (see
+    /// [`MARGIN`]).
+    pub margin: f64,
 }
+
+/// The default [`Claim::margin`]: 2%. A verdict needs the median ratio at least 2% from its
+/// bound, so two runs whose medians differ by less than 4% cannot give opposite verdicts, and a
+/// median 5% from its bound is decided once its confidence sequence is narrower than ±3%.
+pub const MARGIN: f64 = 0.02;
 
 impl Claim {
     fn new(id: &'static str, kind: crate::results::ClaimKind, statement: String) -> Self {
@@ -410,7 +409,7 @@ impl Claim {
             numerator: (String::new(), None),
             denominator: (String::new(), None),
             relation: Relation::AtMost(1.0),
-            band: (0.4, 0.6),
+            margin: MARGIN,
         }
     }
 

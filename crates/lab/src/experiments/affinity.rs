@@ -29,8 +29,8 @@ use std::time::Duration;
 
 use crate::kit::CachePadded;
 use crate::references::AFFINITY;
-use crate::runner::Ctx;
-use crate::spec::{Claim, Experiment, Info, Metric, Plan, Sample, Section, Variant};
+use crate::runner::{Ctx, Experiment};
+use crate::spec::{Claim, Info, Metric, Plan, Sample, Section, Variant};
 use crate::sys::{pin_current_thread, rdtsc};
 
 pub struct Affinity;

@@ -15,6 +15,11 @@
 //!   announced itself. Spinning: about 300 ns after, while a spin-then-sleep waiter still spins.
 //!   A run's value is the median of its wakes; every wake is pooled for the p99.
 //! - **handoff**: ns per ping-pong round trip between two pinned threads.
+//!
+//! [`RIVALS`] declares every floor and peer once: its id and, for the signal section and for
+//! the wake and hand-off sections, its label there and how to build it (a signal loop over
+//! [`Published`], a fresh [`Channel`]). The sections iterate it; a new peer is one entry, plus
+//! its signal loop and its arm of `Channel` (the adapter to its API).
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
@@ -25,8 +30,8 @@ use spindle_sync::eventcount::{EventCount, SpEventCount};
 
 use crate::kit::{median, run_together, spin_ticks, time, CachePadded, Span};
 use crate::references::PREEMPTION_BARRIERS;
-use crate::runner::Ctx;
-use crate::spec::{Claim, Experiment, Info, Metric, Plan, Sample, Section, Variant};
+use crate::runner::{Ctx, Experiment};
+use crate::spec::{Claim, Info, Metric, Plan, Sample, Section, Variant};
 use crate::sys::rdtsc;
 
 pub struct EventCounts;
@@ -143,37 +148,13 @@ enum Channel {
     Listener(AtomicU64, Event),
     Std(std::sync::Mutex<u64>, std::sync::Condvar),
     Pl(parking_lot::Mutex<u64>, parking_lot::Condvar),
-    /// The word, and whether each wait has a 1 ms timeout (as SpEventCount's first naps do).
+    /// The word, and whether each wait has a 1 ms timeout (a timed sleep, for comparison).
     Futex(AtomicU32, bool),
     Spin(AtomicU64),
 }
 
 /// Makes a fresh channel.
 type Make = fn() -> Channel;
-
-/// (short id, label, constructor).
-const KINDS: &[(&str, &str, Make)] = &[
-    ("mp", "EventCount", || Channel::Mp(EventCount::new())),
-    ("sp", "SpEventCount", || Channel::Sp(SpEventCount::new())),
-    ("listener", "event-listener", || {
-        Channel::Listener(AtomicU64::new(0), Event::new())
-    }),
-    ("std", "std Condvar + Mutex", || {
-        Channel::Std(Default::default(), Default::default())
-    }),
-    ("pl", "parking_lot Condvar + Mutex", || {
-        Channel::Pl(Default::default(), Default::default())
-    }),
-    ("futex", "raw futex wait/wake (floor)", || {
-        Channel::Futex(AtomicU32::new(0), false)
-    }),
-    ("futex-timed", "raw futex wait with a 1 ms timeout", || {
-        Channel::Futex(AtomicU32::new(0), true)
-    }),
-    ("spin", "bare spin on a flag (floor)", || {
-        Channel::Spin(AtomicU64::new(0))
-    }),
-];
 
 impl Channel {
     /// Blocks (each mechanism its own way) until the version is at least `target`.
@@ -327,6 +308,315 @@ fn hand_off(make: fn() -> Channel, round_trips: u64, pin: Option<&[usize]>) -> S
     })
 }
 
+// --- the rivals --------------------------------------------------------------------------
+
+/// What the signal loops publish through, each on cache lines of its own (made once per visit).
+#[derive(Default)]
+struct Published {
+    store: CachePadded<AtomicU64>,
+    xadd: CachePadded<AtomicU64>,
+    plain_xadd: CachePadded<AtomicU64>,
+    sp: CachePadded<SpEventCount>,
+    mp: CachePadded<EventCount>,
+    listener: CachePadded<(AtomicU64, Event)>,
+    std_cv: CachePadded<(std::sync::Mutex<u64>, std::sync::Condvar)>,
+    pl_cv: CachePadded<(parking_lot::Mutex<u64>, parking_lot::Condvar)>,
+}
+
+/// A signal section's run: `n` signals, timed.
+type SignalRun<'a> = Box<dyn FnMut(u64) -> Span + 'a>;
+
+/// Builds a rival's signal run over what it publishes through.
+type BuildSignal = for<'a> fn(&'a Published) -> SignalRun<'a>;
+
+/// The sections a channel takes part in when the table does not say otherwise.
+const WAKE_SECTIONS: &[&str] = &["asleep", "spinning", "handoff"];
+
+/// Its part in the wake and hand-off sections.
+struct Wake {
+    label: &'static str,
+    make: Make,
+    sections: &'static [&'static str],
+    /// A bare spin needs a CPU of its own on each side: left out when the lab has one.
+    needs_two_cpus: bool,
+}
+
+/// A floor or a peer: one entry of [`RIVALS`].
+struct Rival {
+    /// Variant ids are `<section>-<id>`.
+    id: &'static str,
+    /// The signal section: label, and how to build its loop.
+    signal: Option<(&'static str, BuildSignal)>,
+    /// The asleep, spinning and hand-off sections.
+    wake: Option<Wake>,
+}
+
+impl Rival {
+    const fn new(id: &'static str) -> Rival {
+        Rival {
+            id,
+            signal: None,
+            wake: None,
+        }
+    }
+
+    /// Takes part in the signal section.
+    const fn signal(mut self, label: &'static str, build: BuildSignal) -> Rival {
+        self.signal = Some((label, build));
+        self
+    }
+
+    /// Takes part in the wake and hand-off sections through fresh channels made by `make`.
+    const fn wake(mut self, label: &'static str, make: Make) -> Rival {
+        self.wake = Some(Wake {
+            label,
+            make,
+            sections: WAKE_SECTIONS,
+            needs_two_cpus: false,
+        });
+        self
+    }
+
+    /// Takes part in these of the wake and hand-off sections only (after [`Rival::wake`]).
+    const fn only(mut self, sections: &'static [&'static str]) -> Rival {
+        if let Some(w) = &mut self.wake {
+            w.sections = sections;
+        }
+        self
+    }
+
+    /// Left out of the wake and hand-off sections when the lab has one CPU.
+    const fn needs_two_cpus(mut self) -> Rival {
+        if let Some(w) = &mut self.wake {
+            w.needs_two_cpus = true;
+        }
+        self
+    }
+
+    /// Its label and channel in wake or hand-off section `section`, if it takes part.
+    fn in_wake(&self, section: &str, two_cpus: bool) -> Option<(&'static str, Make)> {
+        let w = self.wake.as_ref()?;
+        (w.sections.contains(&section) && (two_cpus || !w.needs_two_cpus))
+            .then_some((w.label, w.make))
+    }
+}
+
+/// Every floor and peer, in the order of the report's rows. Adding a peer is an entry here,
+/// with its signal loop above and its arm of [`Channel`].
+const RIVALS: &[Rival] = &[
+    Rival::new("store").signal(
+        "release store of a register-held version (floor for one producer)",
+        |p| Box::new(move |n| time(|| store_loop(&p.store, n))),
+    ),
+    Rival::new("plain").signal(
+        "plain volatile increment in memory (unstable: memory renaming)",
+        |_| {
+            let mut plain = CachePadded(0u64);
+            Box::new(move |n| time(|| plain_loop(&mut plain, n)))
+        },
+    ),
+    Rival::new("xadd").signal("bare lock xadd (floor for many producers)", |p| {
+        Box::new(move |n| time(|| xadd_loop(&p.xadd, n)))
+    }),
+    Rival::new("plain-xadd").signal(
+        "xadd without lock + flag test (the post's other option)",
+        |p| Box::new(move |n| time(|| plain_xadd_loop(&p.plain_xadd, n))),
+    ),
+    Rival::new("mp")
+        .signal("EventCount increment", |p| {
+            Box::new(move |n| time(|| mp_loop(&p.mp, n)))
+        })
+        .wake("EventCount", || Channel::Mp(EventCount::new())),
+    Rival::new("sp")
+        .signal("SpEventCount producer increment", |p| {
+            Box::new(move |n| time(|| sp_loop(&p.sp, n)))
+        })
+        .wake("SpEventCount", || Channel::Sp(SpEventCount::new())),
+    Rival::new("listener")
+        .signal("event-listener: store version + Event::notify(1)", |p| {
+            Box::new(move |n| time(|| listener_loop(&p.listener.0 .0, &p.listener.0 .1, n)))
+        })
+        .wake("event-listener", || {
+            Channel::Listener(AtomicU64::new(0), Event::new())
+        }),
+    Rival::new("std")
+        .signal("std: lock, bump, unlock + Condvar::notify_one", |p| {
+            Box::new(move |n| time(|| std_loop(&p.std_cv.0 .0, &p.std_cv.0 .1, n)))
+        })
+        .wake("std Condvar + Mutex", || {
+            Channel::Std(Default::default(), Default::default())
+        }),
+    Rival::new("pl")
+        .signal(
+            "parking_lot: lock, bump, unlock + Condvar::notify_one",
+            |p| Box::new(move |n| time(|| pl_loop(&p.pl_cv.0 .0, &p.pl_cv.0 .1, n))),
+        )
+        .wake("parking_lot Condvar + Mutex", || {
+            Channel::Pl(Default::default(), Default::default())
+        }),
+    Rival::new("futex").wake("raw futex wait/wake (floor)", || {
+        Channel::Futex(AtomicU32::new(0), false)
+    }),
+    // The timed futex matters only asleep.
+    Rival::new("futex-timed")
+        .wake("raw futex wait with a 1 ms timeout", || {
+            Channel::Futex(AtomicU32::new(0), true)
+        })
+        .only(&["asleep"]),
+    Rival::new("spin")
+        .wake("bare spin on a flag (floor)", || {
+            Channel::Spin(AtomicU64::new(0))
+        })
+        .only(&["spinning", "handoff"])
+        .needs_two_cpus(),
+];
+
+// --- sections ----------------------------------------------------------------------------
+
+/// Publishing a version with nobody waiting: every rival with a signal loop.
+fn signal_section<'a>(plan: &mut Plan<'a>, published: &'a Published) {
+    plan.section(
+        Section::per_op("signal", "Publish a new version, nobody waiting", "signal")
+            .baseline("signal-xadd"),
+    );
+    for r in RIVALS {
+        if let Some((label, build)) = r.signal {
+            plan.variant(Variant::per_op(
+                "signal",
+                format!("signal-{}", r.id),
+                label,
+                build(published),
+            ));
+        }
+    }
+}
+
+/// Wake latency of a waiter asleep and of one still spinning, waiter and signaller on `pin`.
+fn wake_sections<'a>(plan: &mut Plan<'a>, pin: Option<&'a [usize]>, ticks_per_ns: f64) {
+    for (section, title, asleep) in [
+        ("asleep", "Wake a waiter that is asleep", true),
+        ("spinning", "Wake a waiter that is still spinning", false),
+    ] {
+        plan.section(
+            Section::new(section, title)
+                .baseline(format!("{section}-futex"))
+                .metric(Metric::time(
+                    "latency",
+                    "signal to waiter running, median of a run",
+                )),
+        );
+        for r in RIVALS {
+            let Some((label, make)) = r.in_wake(section, pin.is_some()) else {
+                continue;
+            };
+            plan.variant(
+                Variant::calibrated(section, format!("{section}-{}", r.id), label, move |n| {
+                    let mut l = wake_latencies(make, asleep, n, pin, ticks_per_ns);
+                    let m = median(&mut l);
+                    Sample::new().with("latency", m).pool("latency", l)
+                })
+                .threads(2)
+                .max_work(100_000),
+            );
+        }
+    }
+}
+
+/// Versions handed back and forth between two threads on `pin`.
+fn handoff_section<'a>(plan: &mut Plan<'a>, pin: Option<&'a [usize]>) {
+    plan.section(
+        Section::per_op(
+            "handoff",
+            "Hand versions back and forth (ping-pong)",
+            "round trip",
+        )
+        .baseline("handoff-futex"),
+    );
+    for r in RIVALS {
+        let Some((label, make)) = r.in_wake("handoff", pin.is_some()) else {
+            continue;
+        };
+        plan.variant(
+            Variant::per_op("handoff", format!("handoff-{}", r.id), label, move |n| {
+                hand_off(make, n, pin)
+            })
+            .threads(2),
+        );
+    }
+}
+
+/// What Spindle promises, and the post's single- vs multi-producer figure.
+fn claims(plan: &mut Plan<'_>) {
+    let g = Claim::guarantee;
+    plan.claim(
+        g(
+            "sp-signal",
+            "SpEventCount's signal with no waiter costs at most 1.25 × a release store of the version",
+        )
+        .ratio("signal-sp", "signal-store")
+        .at_most(1.25),
+    );
+    plan.claim(
+        g(
+            "mp-signal",
+            "EventCount's signal with no waiter costs at most 1.1 × a bare lock xadd",
+        )
+        .ratio("signal-mp", "signal-xadd")
+        .at_most(1.1),
+    );
+    plan.claim(
+        g(
+            "vs-event-listener",
+            "EventCount publishes a version faster than event-listener (store + notify)",
+        )
+        .ratio("signal-mp", "signal-listener")
+        .at_most(1.0),
+    );
+    plan.claim(
+        g(
+            "vs-std-condvar",
+            "EventCount publishes a version faster than std Mutex + Condvar::notify_one",
+        )
+        .ratio("signal-mp", "signal-std")
+        .at_most(1.0),
+    );
+    plan.claim(
+        g(
+            "vs-pl-condvar",
+            "EventCount publishes a version faster than parking_lot Mutex + Condvar::notify_one",
+        )
+        .ratio("signal-mp", "signal-pl")
+        .at_most(1.0),
+    );
+    plan.claim(
+        g(
+            "wake-mp",
+            "EventCount wakes a sleeping waiter within 1.1 × the raw futex floor",
+        )
+        .ratio("asleep-mp", "asleep-futex")
+        .at_most(1.1),
+    );
+    plan.claim(
+        g(
+            "wake-sp",
+            "SpEventCount wakes a sleeping waiter within 1.1 × the raw futex floor",
+        )
+        .ratio("asleep-sp", "asleep-futex")
+        .at_most(1.1),
+    );
+    plan.claim(
+        Claim::reproduction(
+            "sp-vs-mp",
+            "The single-producer signal costs at most half the multi-producer one",
+            PREEMPTION_BARRIERS,
+            "about 8 vs 30 cycles (0.27 ×) with ck_ec",
+        )
+        .ratio("signal-sp", "signal-mp")
+        .at_most(0.5),
+    );
+    plan.note("The peers' signal is the least a user must do to publish a version that a sleeping reader would be woken for; std's Condvar::notify_one makes a futex system call even with no waiter.");
+}
+
 impl Experiment for EventCounts {
     fn info(&self) -> Info {
         Info {
@@ -344,211 +634,16 @@ impl Experiment for EventCounts {
     fn run(&self, ctx: &mut Ctx) -> Result<(), String> {
         let pair = ctx.cpu_pair();
         let pin = pair.as_ref().map(|p| &p[..]);
-        let ticks_per_ns = ctx.machine.tsc_ghz;
-        // Signal with no waiter.
-        let mut plain = CachePadded(0u64);
-        let (store, xadd, plain_xadd) = (
-            CachePadded(AtomicU64::new(0)),
-            CachePadded(AtomicU64::new(0)),
-            CachePadded(AtomicU64::new(0)),
-        );
-        let (sp, mp) = (
-            CachePadded(SpEventCount::new()),
-            CachePadded(EventCount::new()),
-        );
-        let listener = CachePadded((AtomicU64::new(0), Event::new()));
-        let std_cv = CachePadded((std::sync::Mutex::new(0u64), std::sync::Condvar::new()));
-        let pl_cv = CachePadded((parking_lot::Mutex::new(0u64), parking_lot::Condvar::new()));
-        let (store, xadd, plain_xadd, sp, mp, listener, std_cv, pl_cv) = (
-            &store,
-            &xadd,
-            &plain_xadd,
-            &sp,
-            &mp,
-            &listener,
-            &std_cv,
-            &pl_cv,
-        );
+        let published = Published::default();
         let mut plan = Plan::new();
         plan.param("threads pinned", match pair {
             Some([a, b]) => format!("signaller on CPU {a}, waiter on CPU {b}"),
             None => "no (one CPU): waiter and signaller time-share it, so wake latencies include scheduling".into(),
         });
-
-        plan.section(
-            Section::per_op("signal", "Publish a new version, nobody waiting", "signal")
-                .baseline("signal-xadd"),
-        );
-        plan.variant(Variant::per_op(
-            "signal",
-            "signal-store",
-            "release store of a register-held version (floor for one producer)",
-            move |n| time(|| store_loop(store, n)),
-        ));
-        plan.variant(Variant::per_op(
-            "signal",
-            "signal-plain",
-            "plain volatile increment in memory (unstable: memory renaming)",
-            move |n| time(|| plain_loop(&mut plain, n)),
-        ));
-        plan.variant(Variant::per_op(
-            "signal",
-            "signal-xadd",
-            "bare lock xadd (floor for many producers)",
-            move |n| time(|| xadd_loop(xadd, n)),
-        ));
-        plan.variant(Variant::per_op(
-            "signal",
-            "signal-plain-xadd",
-            "xadd without lock + flag test (the post's other option)",
-            move |n| time(|| plain_xadd_loop(plain_xadd, n)),
-        ));
-        plan.variant(Variant::per_op(
-            "signal",
-            "signal-sp",
-            "SpEventCount producer increment",
-            move |n| time(|| sp_loop(sp, n)),
-        ));
-        plan.variant(Variant::per_op(
-            "signal",
-            "signal-mp",
-            "EventCount increment",
-            move |n| time(|| mp_loop(mp, n)),
-        ));
-        plan.variant(Variant::per_op(
-            "signal",
-            "signal-listener",
-            "event-listener: store version + Event::notify(1)",
-            move |n| time(|| listener_loop(&listener.0 .0, &listener.0 .1, n)),
-        ));
-        plan.variant(Variant::per_op(
-            "signal",
-            "signal-std",
-            "std: lock, bump, unlock + Condvar::notify_one",
-            move |n| time(|| std_loop(&std_cv.0 .0, &std_cv.0 .1, n)),
-        ));
-        plan.variant(Variant::per_op(
-            "signal",
-            "signal-pl",
-            "parking_lot: lock, bump, unlock + Condvar::notify_one",
-            move |n| time(|| pl_loop(&pl_cv.0 .0, &pl_cv.0 .1, n)),
-        ));
-
-        // Wake latency, asleep and spinning; hand-off.
-        for (section, title, asleep) in [
-            ("asleep", "Wake a waiter that is asleep", true),
-            ("spinning", "Wake a waiter that is still spinning", false),
-        ] {
-            let floor = format!("{section}-futex");
-            plan.section(
-                Section::new(section, title)
-                    .baseline(floor)
-                    .metric(Metric::time(
-                        "latency",
-                        "signal to waiter running, median of a run",
-                    )),
-            );
-            // A bare spin needs its own CPU on each side; the timed futex matters only asleep.
-            for &(short, label, make) in KINDS.iter().filter(|k| {
-                if asleep {
-                    k.0 != "spin"
-                } else {
-                    k.0 != "futex-timed" && (k.0 != "spin" || pair.is_some())
-                }
-            }) {
-                plan.variant(
-                    Variant::calibrated(section, format!("{section}-{short}"), label, move |n| {
-                        let mut l = wake_latencies(make, asleep, n, pin, ticks_per_ns);
-                        let m = median(&mut l);
-                        Sample::new().with("latency", m).pool("latency", l)
-                    })
-                    .threads(2)
-                    .max_work(100_000),
-                );
-            }
-        }
-        plan.section(
-            Section::per_op(
-                "handoff",
-                "Hand versions back and forth (ping-pong)",
-                "round trip",
-            )
-            .baseline("handoff-futex"),
-        );
-        for &(short, label, make) in KINDS
-            .iter()
-            .filter(|k| k.0 != "futex-timed" && (k.0 != "spin" || pair.is_some()))
-        {
-            plan.variant(
-                Variant::per_op("handoff", format!("handoff-{short}"), label, move |n| {
-                    hand_off(make, n, pin)
-                })
-                .threads(2),
-            );
-        }
-
-        // Claims: what Spindle promises, and the post's single- vs multi-producer figure.
-        let g = Claim::guarantee;
-        plan.claim(
-            g(
-                "sp-signal",
-                "SpEventCount's signal with no waiter costs at most 1.25 × a release store of the version",
-            )
-            .ratio("signal-sp", "signal-store")
-            .at_most(1.25),
-        );
-        plan.claim(
-            g(
-                "mp-signal",
-                "EventCount's signal with no waiter costs at most 1.1 × a bare lock xadd",
-            )
-            .ratio("signal-mp", "signal-xadd")
-            .at_most(1.1),
-        );
-        plan.claim(
-            g(
-                "vs-event-listener",
-                "EventCount publishes a version faster than event-listener (store + notify)",
-            )
-            .ratio("signal-mp", "signal-listener")
-            .at_most(1.0),
-        );
-        plan.claim(
-            g(
-                "vs-std-condvar",
-                "EventCount publishes a version faster than std Mutex + Condvar::notify_one",
-            )
-            .ratio("signal-mp", "signal-std")
-            .at_most(1.0),
-        );
-        plan.claim(g("vs-pl-condvar", "EventCount publishes a version faster than parking_lot Mutex + Condvar::notify_one").ratio("signal-mp", "signal-pl").at_most(1.0));
-        plan.claim(
-            g(
-                "wake-mp",
-                "EventCount wakes a sleeping waiter within 1.1 × the raw futex floor",
-            )
-            .ratio("asleep-mp", "asleep-futex")
-            .at_most(1.1),
-        );
-        plan.claim(
-            g(
-                "wake-sp",
-                "SpEventCount wakes a sleeping waiter within 1.1 × the raw futex floor",
-            )
-            .ratio("asleep-sp", "asleep-futex")
-            .at_most(1.1),
-        );
-        plan.claim(
-            Claim::reproduction(
-                "sp-vs-mp",
-                "The single-producer signal costs at most half the multi-producer one",
-                PREEMPTION_BARRIERS,
-                "about 8 vs 30 cycles (0.27 ×) with ck_ec",
-            )
-            .ratio("signal-sp", "signal-mp")
-            .at_most(0.5),
-        );
-        plan.note("The peers' signal is the least a user must do to publish a version that a sleeping reader would be woken for; std's Condvar::notify_one makes a futex system call even with no waiter.");
+        signal_section(&mut plan, &published);
+        wake_sections(&mut plan, pin, ctx.machine.tsc_ghz);
+        handoff_section(&mut plan, pin);
+        claims(&mut plan);
         if ctx.machine.virtualised {
             plan.note("On a virtual machine an idle vCPU is descheduled by the hypervisor, so waking a waiter whose vCPU is idle includes the hypervisor's wake-up; the 'asleep' figures do not separate the two.");
         }

@@ -13,6 +13,10 @@
 //! Before each global membarrier and prepaid wait the thread spins a random 0–5 ms, so waits
 //! start at a random phase of the timer tick and of RCU's grace periods, as a reclaimer's
 //! would (back to back, each would start just after the event that ended the previous one).
+//!
+//! The rivals are the barrier methods and prepaid sources that work on this machine
+//! ([`available`] tries each once; the others get a note): each takes part in the idle and
+//! the loaded section. The coalescing section compares `heavy()` with itself at K callers.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 use std::time::Duration;
@@ -23,8 +27,8 @@ use spindle_sync::Deadline;
 
 use crate::kit::{median, run_together, spin_ticks, XorShift};
 use crate::references::PREEMPTION_BARRIERS;
-use crate::runner::Ctx;
-use crate::spec::{Claim, Experiment, Info, Metric, Plan, Sample, Section, Variant};
+use crate::runner::{Ctx, Experiment};
+use crate::spec::{Claim, Info, Metric, Plan, Sample, Section, Variant};
 use crate::sys::rdtsc;
 
 pub struct Fences;
@@ -157,6 +161,186 @@ fn batch_variant<'a>(
     Variant::calibrated(section, id, label, run).max_work(max)
 }
 
+/// The barrier methods and prepaid sources that work here, and why the others do not.
+struct Available {
+    methods: Vec<(&'static str, Method)>,
+    sources: Vec<(&'static str, PrepaidBarrier)>,
+    notes: Vec<String>,
+}
+
+/// Tries every method and prepaid source once.
+fn available() -> Available {
+    let mut notes = Vec::new();
+    let mut methods = Vec::new();
+    for (id, m) in [
+        ("mprotect", Method::Mprotect),
+        ("expedited", Method::MembarrierExpedited),
+        ("global", Method::MembarrierGlobal),
+    ] {
+        match fence::barrier(m) {
+            Ok(()) => methods.push((id, m)),
+            Err(e) => notes.push(format!("{id} skipped: {e}.")),
+        }
+    }
+    let mut sources = Vec::new();
+    for (id, s) in [
+        ("prepaid-ebpf", Source::Ebpf),
+        ("prepaid-proc", Source::Proc),
+    ] {
+        match PrepaidBarrier::with_source(s) {
+            Ok(b) => sources.push((id, b)),
+            Err(e) => notes.push(format!("{id} skipped: {e}.")),
+        }
+    }
+    Available {
+        methods,
+        sources,
+        notes,
+    }
+}
+
+/// Barrier latency, idle and under load: every method and prepaid source that works here.
+fn barrier_sections<'a>(
+    plan: &mut Plan<'a>,
+    here: &'a Available,
+    cpus: &'a [usize],
+    ticks_per_ns: f64,
+) {
+    let (methods, sources) = (&here.methods, &here.sources);
+    for (section, title, loaded) in [
+        ("idle", "Barrier latency, idle machine", false),
+        ("loaded", "Barrier latency, under load", true),
+    ] {
+        let mut s = Section::new(section, title)
+            .metric(Metric::time("latency", "median latency of a batch"))
+            .metric(Metric::count("forced", "prepaid waits forced"));
+        if methods.iter().any(|m| m.0 == "expedited") {
+            s = s.baseline(format!("expedited-{section}"));
+        }
+        plan.section(s);
+        for &(id, m) in methods {
+            let max = if m == Method::MembarrierGlobal {
+                20
+            } else {
+                100_000
+            };
+            plan.variant(batch_variant(
+                section,
+                format!("{id}-{section}"),
+                m.name().into(),
+                Op::Barrier(m),
+                max,
+                loaded,
+                cpus,
+                ticks_per_ns,
+            ));
+        }
+        for (id, b) in sources {
+            plan.variant(batch_variant(
+                section,
+                format!("{id}-{section}"),
+                format!("prepaid via {}", b.source().name()),
+                Op::Prepaid(b),
+                50,
+                loaded,
+                cpus,
+                ticks_per_ns,
+            ));
+        }
+    }
+}
+
+/// K threads calling heavy() at once, under load, `calls` calls per batch.
+fn coalescing_section<'a>(plan: &mut Plan<'a>, calls: u64, cpus: &'a [usize], ticks_per_ns: f64) {
+    plan.section(
+        Section::new(
+            "coalescing",
+            "Coalescing: K threads calling heavy() at once, under load",
+        )
+        .baseline("coalesced-1")
+        .metric(Metric::time("latency", "median latency of one call"))
+        .metric(Metric::ratio("per_call", "barriers issued per call")),
+    );
+    plan.param("calls per coalescing batch", calls);
+    for (k, coalesced) in [(1, true), (2, true), (4, true), (8, true), (8, false)] {
+        let (id, label) = if coalesced {
+            (
+                format!("coalesced-{k}"),
+                format!(
+                    "heavy() with {k} concurrent caller{}",
+                    if k > 1 { "s" } else { "" }
+                ),
+            )
+        } else {
+            (
+                format!("uncoalesced-{k}"),
+                format!("{k} concurrent callers, one barrier each"),
+            )
+        };
+        let op = Op::Callers { k, coalesced };
+        plan.variant(
+            Variant::calibrated("coalescing", id, label, move |n| {
+                under_load(cpus, || batch(op, n, ticks_per_ns))
+            })
+            .threads(k)
+            .work(calls),
+        );
+    }
+}
+
+/// Coalescing must not slow callers down, and where callers can meet (three or more CPUs
+/// running them) it must save barriers and time; prepaid vs RCU (the post's). `cpus`: how many
+/// CPUs the lab has.
+fn claims(plan: &mut Plan<'_>, here: &Available, best: Source, cpus: usize) {
+    let (methods, sources) = (&here.methods, &here.sources);
+    plan.claim(
+        Claim::guarantee(
+            "coalesced-8",
+            "With 8 concurrent callers, one heavy() call costs at most 2 × a lone caller's",
+        )
+        .ratio("coalesced-8", "coalesced-1")
+        .at_most(2.0),
+    );
+    if cpus >= 4 {
+        plan.claim(
+            Claim::guarantee(
+                "coalescing-saves-time",
+                "With 8 concurrent callers, a coalesced heavy() call takes at most half as long as one barrier per caller",
+            )
+            .ratio("coalesced-8", "uncoalesced-8")
+            .at_most(0.5),
+        );
+        plan.claim(
+            Claim::guarantee(
+                "coalescing-saves-barriers",
+                "With 8 concurrent callers, heavy() issues at most half a barrier per call",
+            )
+            .ratio("coalesced-8", "uncoalesced-8")
+            .metric("per_call")
+            .at_most(0.5),
+        );
+    } else {
+        plan.note("Fewer than 4 CPUs: the coalescing guarantees beyond 'not slower' are not tested (callers share a barrier only when two or more arrive during the same one, which is rare with few CPUs running callers).");
+    }
+    let best_id = sources
+        .iter()
+        .find(|(_, b)| b.source() == best)
+        .or(sources.first())
+        .map(|(id, _)| format!("{id}-loaded"));
+    match best_id {
+        Some(best_id) if methods.iter().any(|m| m.0 == "global") => {
+            plan.claim(Claim::reproduction("prepaid-vs-global", format!("Under load, a prepaid barrier ({best_id}) takes at most 1/10 of membarrier(GLOBAL)'s time"), PREEMPTION_BARRIERS, "geometric mean 23.8 × faster (0.042 ×), 10 × faster in 98 % of observations")
+                .ratio(best_id, "global-loaded").at_most(0.1));
+        }
+        _ => {
+            plan.note("Claim prepaid-vs-global not tested: no prepaid source or no membarrier(GLOBAL) here.");
+        }
+    }
+    plan.note(format!("A caller that arrives while a barrier is in flight cannot use that one (it may have started before the caller's writes): callers share a barrier only when two or more arrive during the same one, which gets likelier with more CPUs running callers ({cpus} here; 'barriers issued per call' shows how often it happened)."));
+    plan.note("A prepaid barrier completes when every CPU has taken an interrupt or context switch after the ticket, or is idle; the waiting thread's own CPU completes as soon as the waiter sleeps.");
+    plan.note("The post (4-way E5-46xx, Linux 4.16): expedited membarrier worst case 0.041 ms idle, 0.076 ms under load; mprotect 0.046 / 0.047 ms; unexpedited membarrier 25–50 ms; barrierd 0–4 ms under load.");
+}
+
 impl Experiment for Fences {
     fn info(&self) -> Info {
         Info {
@@ -176,31 +360,10 @@ impl Experiment for Fences {
         let cpus = ctx.cpus().to_vec();
         let cpus = &cpus[..];
         let ticks_per_ns = ctx.machine.tsc_ghz;
-        let mut notes = Vec::new();
-        let mut methods = Vec::new();
-        for (id, m) in [
-            ("mprotect", Method::Mprotect),
-            ("expedited", Method::MembarrierExpedited),
-            ("global", Method::MembarrierGlobal),
-        ] {
-            match fence::barrier(m) {
-                Ok(()) => methods.push((id, m)),
-                Err(e) => notes.push(format!("{id} skipped: {e}.")),
-            }
-        }
-        let mut sources: Vec<(&str, PrepaidBarrier)> = Vec::new();
-        for (id, s) in [
-            ("prepaid-ebpf", Source::Ebpf),
-            ("prepaid-proc", Source::Proc),
-        ] {
-            match PrepaidBarrier::with_source(s) {
-                Ok(b) => sources.push((id, b)),
-                Err(e) => notes.push(format!("{id} skipped: {e}.")),
-            }
-        }
+        let here = available();
         let mut plan = Plan::new();
-        for n in notes {
-            plan.note(n);
+        for n in &here.notes {
+            plan.note(n.as_str());
         }
         let best = PrepaidBarrier::global().source();
         plan.param("heavy() uses", fence::heavy_method().name());
@@ -211,135 +374,13 @@ impl Experiment for Fences {
         // least: half-length batches let enough trials fit on 16 cores as on 2.
         plan.shorter_runs(2);
 
-        // Sections and variants: idle and loaded barriers; coalescing.
-        for (section, title, loaded) in [
-            ("idle", "Barrier latency, idle machine", false),
-            ("loaded", "Barrier latency, under load", true),
-        ] {
-            let mut s = Section::new(section, title)
-                .metric(Metric::time("latency", "median latency of a batch"))
-                .metric(Metric::count("forced", "prepaid waits forced"));
-            if methods.iter().any(|m| m.0 == "expedited") {
-                s = s.baseline(format!("expedited-{section}"));
-            }
-            plan.section(s);
-            for &(id, m) in &methods {
-                let max = if m == Method::MembarrierGlobal {
-                    20
-                } else {
-                    100_000
-                };
-                plan.variant(batch_variant(
-                    section,
-                    format!("{id}-{section}"),
-                    m.name().into(),
-                    Op::Barrier(m),
-                    max,
-                    loaded,
-                    cpus,
-                    ticks_per_ns,
-                ));
-            }
-            for (id, b) in &sources {
-                plan.variant(batch_variant(
-                    section,
-                    format!("{id}-{section}"),
-                    format!("prepaid via {}", b.source().name()),
-                    Op::Prepaid(b),
-                    50,
-                    loaded,
-                    cpus,
-                    ticks_per_ns,
-                ));
-            }
-        }
-        plan.section(
-            Section::new(
-                "coalescing",
-                "Coalescing: K threads calling heavy() at once, under load",
-            )
-            .baseline("coalesced-1")
-            .metric(Metric::time("latency", "median latency of one call"))
-            .metric(Metric::ratio("per_call", "barriers issued per call")),
-        );
+        barrier_sections(&mut plan, &here, cpus, ticks_per_ns);
         // Calls per batch, fixed (not calibrated: with K threads a short batch is dominated by
         // their scheduling, which would make calibration pick a handful of calls): enough for
         // the run target at ~10 µs a call.
         let calls = (ctx.run_target(30).as_nanos() as u64 / 10_000).clamp(16, 20_000);
-        plan.param("calls per coalescing batch", calls);
-        for (k, coalesced) in [(1, true), (2, true), (4, true), (8, true), (8, false)] {
-            let (id, label) = if coalesced {
-                (
-                    format!("coalesced-{k}"),
-                    format!(
-                        "heavy() with {k} concurrent caller{}",
-                        if k > 1 { "s" } else { "" }
-                    ),
-                )
-            } else {
-                (
-                    format!("uncoalesced-{k}"),
-                    format!("{k} concurrent callers, one barrier each"),
-                )
-            };
-            let op = Op::Callers { k, coalesced };
-            plan.variant(
-                Variant::calibrated("coalescing", id, label, move |n| {
-                    under_load(cpus, || batch(op, n, ticks_per_ns))
-                })
-                .threads(k)
-                .work(calls),
-            );
-        }
-
-        // Claims: coalescing must not slow callers down, and where callers can meet (three or
-        // more CPUs running them) it must save barriers and time; prepaid vs RCU (the post's).
-        plan.claim(
-            Claim::guarantee(
-                "coalesced-8",
-                "With 8 concurrent callers, one heavy() call costs at most 2 × a lone caller's",
-            )
-            .ratio("coalesced-8", "coalesced-1")
-            .at_most(2.0),
-        );
-        if cpus.len() >= 4 {
-            plan.claim(
-                Claim::guarantee(
-                    "coalescing-saves-time",
-                    "With 8 concurrent callers, a coalesced heavy() call takes at most half as long as one barrier per caller",
-                )
-                .ratio("coalesced-8", "uncoalesced-8")
-                .at_most(0.5),
-            );
-            plan.claim(
-                Claim::guarantee(
-                    "coalescing-saves-barriers",
-                    "With 8 concurrent callers, heavy() issues at most half a barrier per call",
-                )
-                .ratio("coalesced-8", "uncoalesced-8")
-                .metric("per_call")
-                .at_most(0.5),
-            );
-        } else {
-            plan.note("Fewer than 4 CPUs: the coalescing guarantees beyond 'not slower' are not tested (callers share a barrier only when two or more arrive during the same one, which is rare with few CPUs running callers).");
-        }
-        let best_id = sources
-            .iter()
-            .find(|(_, b)| b.source() == best)
-            .or(sources.first())
-            .map(|(id, _)| format!("{id}-loaded"));
-        match best_id {
-            Some(best_id) if methods.iter().any(|m| m.0 == "global") => {
-                plan.claim(Claim::reproduction("prepaid-vs-global", format!("Under load, a prepaid barrier ({best_id}) takes at most 1/10 of membarrier(GLOBAL)'s time"), PREEMPTION_BARRIERS, "geometric mean 23.8 × faster (0.042 ×), 10 × faster in 98 % of observations")
-                    .ratio(best_id, "global-loaded").at_most(0.1));
-            }
-            _ => {
-                plan.note("Claim prepaid-vs-global not tested: no prepaid source or no membarrier(GLOBAL) here.");
-            }
-        }
-        plan.note(format!("A caller that arrives while a barrier is in flight cannot use that one (it may have started before the caller's writes): callers share a barrier only when two or more arrive during the same one, which gets likelier with more CPUs running callers ({} here; 'barriers issued per call' shows how often it happened).", cpus.len()));
-        plan.note("A prepaid barrier completes when every CPU has taken an interrupt or context switch after the ticket, or is idle; the waiting thread's own CPU completes as soon as the waiter sleeps.");
-        plan.note("The post (4-way E5-46xx, Linux 4.16): expedited membarrier worst case 0.041 ms idle, 0.076 ms under load; mprotect 0.046 / 0.047 ms; unexpedited membarrier 25–50 ms; barrierd 0–4 ms under load.");
+        coalescing_section(&mut plan, calls, cpus, ticks_per_ns);
+        claims(&mut plan, &here, best, cpus.len());
         ctx.measure(plan)
     }
 }

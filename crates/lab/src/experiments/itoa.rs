@@ -9,14 +9,18 @@
 //! learn it; a run prints the array over and over, appending each string to an output vector
 //! as a JSON or CSV writer would (the post's program printed JSON), and records nanoseconds per
 //! number for every distribution.
+//!
+//! [`RIVALS`] declares the printers once: id, label, and the variant of each section (`u32`,
+//! `u64`), built from its [`Printer`] impl (the adapter to the crate's API). Both sections
+//! iterate it, so a new printer is one `impl Printer` and one entry.
 
 use std::hint::black_box;
 use std::io::Write as _;
 
 use crate::kit::{time, XorShift};
 use crate::references::PRINTING_INTEGERS;
-use crate::runner::Ctx;
-use crate::spec::{Claim, Experiment, Info, Metric, Plan, Sample, Section, Variant};
+use crate::runner::{Ctx, Experiment};
+use crate::spec::{Claim, Info, Metric, Plan, Sample, Section, Variant};
 
 pub struct Itoa;
 
@@ -177,7 +181,7 @@ fn pass<P: Printer, const WIDE: bool>(p: &mut P, out: &mut Vec<u8>, xs: &[u64], 
 }
 
 /// A variant: `n` numbers from every distribution, one metric per distribution.
-fn variant<'a, P: Printer + 'a, const WIDE: bool>(
+fn variant<'a, P: Printer + 'static, const WIDE: bool>(
     inputs: &'a [Vec<u64>],
     id: String,
     label: &str,
@@ -193,6 +197,65 @@ fn variant<'a, P: Printer + 'a, const WIDE: bool>(
         s
     })
     .max_work(1 << 26)
+}
+
+/// Builds a printer's variant in one section, over its inputs (one array per distribution).
+type Build = for<'a> fn(&'a [Vec<u64>], String, &str) -> Variant<'a>;
+
+/// A printer: one entry of [`RIVALS`].
+struct Rival {
+    /// Variant ids are `<id>-<section>`.
+    id: &'static str,
+    label: &'static str,
+    u32: Build,
+    u64: Build,
+}
+
+impl Rival {
+    const fn of<P: Printer + 'static>(id: &'static str, label: &'static str) -> Rival {
+        Rival {
+            id,
+            label,
+            u32: variant::<P, false>,
+            u64: variant::<P, true>,
+        }
+    }
+}
+
+/// Every printer, in the order of the report's rows; each takes part in both sections.
+const RIVALS: &[Rival] = &[
+    Rival::of::<Ours>(
+        "ours",
+        "spindle_fmt::Buffer (an_itoa / an_ltoa: SWAR, no table)",
+    ),
+    Rival::of::<OursAppend>(
+        "ours-append",
+        "spindle_fmt::append (the raw form, straight into the vector)",
+    ),
+    Rival::of::<ItoaCrate>("itoa", "itoa::Buffer (libcore's radix-100 table)"),
+    Rival::of::<Itoap>("itoap", "itoap::write_to_vec (SSE2 / branch table)"),
+    Rival::of::<Std>("std", "std: write!(vec, \"{x}\")"),
+];
+
+/// Section `width` (u32 or u64): every printer over `inputs`, one metric per distribution.
+fn section<'a>(
+    plan: &mut Plan<'a>,
+    width: &'static str,
+    inputs: &'a [Vec<u64>],
+    build_of: fn(&Rival) -> Build,
+) {
+    let mut section = Section::new(
+        width,
+        format!("{width}: nanoseconds per number, by input distribution"),
+    )
+    .baseline(format!("itoa-{width}"));
+    for (id, label) in DISTS {
+        section = section.metric(Metric::time(id, label));
+    }
+    plan.section(section);
+    for r in RIVALS {
+        plan.variant(build_of(r)(inputs, format!("{}-{width}", r.id), r.label));
+    }
 }
 
 /// Claim ids, one per (width, distribution): the runner wants `'static` names.
@@ -227,6 +290,52 @@ const RANKING: [&str; POST_DISTS] = [
     "ranking-timestamps",
 ];
 
+/// Claims: append ≥ 1.2 × as fast as itoa::Buffer everywhere, the post's rankings; notes.
+fn claims(plan: &mut Plan<'_>) {
+    for (w, width) in ["u32", "u64"].into_iter().enumerate() {
+        for (d, (dist, label)) in DISTS.iter().enumerate() {
+            plan.claim(
+                Claim::guarantee(
+                    FASTER[w][d],
+                    format!("{width}, {label}: appending with spindle_fmt::append is at least 1.2 × as fast as with itoa::Buffer"),
+                )
+                .ratio(format!("ours-append-{width}"), format!("itoa-{width}"))
+                .metric(dist)
+                .at_most(1.0 / 1.2),
+            );
+        }
+    }
+    for (d, (dist, label)) in DISTS[..POST_DISTS].iter().enumerate() {
+        plan.claim(
+            Claim::reproduction(
+                RANKING[d],
+                format!("u64, {label}: the table-free printer beats the radix-100 table"),
+                PRINTING_INTEGERS,
+                "an_ltoa faster than fb_itoa (radix 100, 200-byte table) in every one of the six facets",
+            )
+            .ratio("ours-append-u64", "itoa-u64")
+            .metric(dist)
+            .at_most(1.0),
+        );
+    }
+    for (id, width) in [("generic-u32", "u32"), ("generic-u64", "u64")] {
+        plan.claim(
+            Claim::reproduction(
+                id,
+                format!("{width}, size classes: generic formatting (std's write!) takes at least twice as long"),
+                PRINTING_INTEGERS,
+                "glibc's sprintf \"way out there\"; \"doing 4-5x better than libc code is already a given\"",
+            )
+            .ratio(format!("ours-append-{width}"), format!("std-{width}"))
+            .metric("sizes")
+            .at_most(0.5),
+        );
+    }
+    plan.note("The post's peers (fb_itoa, modp, lwan, glibc's sprintf) are C; here the radix-100 table is the itoa crate (libcore's algorithm, like fb_itoa without the galloping search: it writes backwards and returns the tail), and generic formatting is std's write!. No crate of jeaiii's algorithm is in the registry; itoap, the fastest published Rust printer we know, stands in as the strongest peer.");
+    plan.note("The guarantees are about spindle_fmt::append, the post's contract (print straight into the destination, garbage allowed after the digits inside reserved room): itoa has no such form, and its Buffer + extend_from_slice is how serde_json appends. The drop-in spindle_fmt::Buffer pays the same copy as itoa::Buffer and carries no guarantee; its row shows what a one-import switch gains.");
+    plan.note("For u32 the 'counts' distribution is 2^(32·U): the post's an_itoa handles 32 bits only. The post's size-class distribution is read as: pick 10^k uniformly among 10^2 … 10^8, then a number uniformly below it.");
+}
+
 impl Experiment for Itoa {
     fn info(&self) -> Info {
         Info {
@@ -251,86 +360,9 @@ impl Experiment for Itoa {
             "per number",
             "appended to a Vec<u8> (emptied every 8 Ki numbers): Buffer::format + extend_from_slice (ours, itoa), itoap::write_to_vec, write!(vec, \"{x}\") (std)",
         );
-        for (width, bits) in [("u32", 32), ("u64", 64)] {
-            let mut section = Section::new(
-                width,
-                format!("{width}: nanoseconds per number, by input distribution"),
-            )
-            .baseline(format!("itoa-{width}"));
-            for (id, label) in DISTS {
-                section = section.metric(Metric::time(id, label));
-            }
-            plan.section(section);
-            let xs = if bits == 32 { &narrow } else { &wide };
-            macro_rules! add {
-                ($p:ty, $name:literal, $label:literal) => {
-                    plan.variant(if bits == 32 {
-                        variant::<$p, false>(xs, format!("{}-{width}", $name), $label)
-                    } else {
-                        variant::<$p, true>(xs, format!("{}-{width}", $name), $label)
-                    })
-                };
-            }
-            add!(
-                Ours,
-                "ours",
-                "spindle_fmt::Buffer (an_itoa / an_ltoa: SWAR, no table)"
-            );
-            add!(
-                OursAppend,
-                "ours-append",
-                "spindle_fmt::append (the raw form, straight into the vector)"
-            );
-            add!(
-                ItoaCrate,
-                "itoa",
-                "itoa::Buffer (libcore's radix-100 table)"
-            );
-            add!(Itoap, "itoap", "itoap::write_to_vec (SSE2 / branch table)");
-            add!(Std, "std", "std: write!(vec, \"{x}\")");
-        }
-        for (w, width) in ["u32", "u64"].into_iter().enumerate() {
-            for (d, (dist, label)) in DISTS.iter().enumerate() {
-                plan.claim(
-                    Claim::guarantee(
-                        FASTER[w][d],
-                        format!("{width}, {label}: appending with spindle_fmt::append is at least 1.2 × as fast as with itoa::Buffer"),
-                    )
-                    .ratio(format!("ours-append-{width}"), format!("itoa-{width}"))
-                    .metric(dist)
-                    .at_most(1.0 / 1.2),
-                );
-            }
-        }
-        for (d, (dist, label)) in DISTS[..POST_DISTS].iter().enumerate() {
-            plan.claim(
-                Claim::reproduction(
-                    RANKING[d],
-                    format!("u64, {label}: the table-free printer beats the radix-100 table"),
-                    PRINTING_INTEGERS,
-                    "an_ltoa faster than fb_itoa (radix 100, 200-byte table) in every one of the six facets",
-                )
-                .ratio("ours-append-u64", "itoa-u64")
-                .metric(dist)
-                .at_most(1.0),
-            );
-        }
-        for (id, width) in [("generic-u32", "u32"), ("generic-u64", "u64")] {
-            plan.claim(
-                Claim::reproduction(
-                    id,
-                    format!("{width}, size classes: generic formatting (std's write!) takes at least twice as long"),
-                    PRINTING_INTEGERS,
-                    "glibc's sprintf \"way out there\"; \"doing 4-5x better than libc code is already a given\"",
-                )
-                .ratio(format!("ours-append-{width}"), format!("std-{width}"))
-                .metric("sizes")
-                .at_most(0.5),
-            );
-        }
-        plan.note("The post's peers (fb_itoa, modp, lwan, glibc's sprintf) are C; here the radix-100 table is the itoa crate (libcore's algorithm, like fb_itoa without the galloping search: it writes backwards and returns the tail), and generic formatting is std's write!. No crate of jeaiii's algorithm is in the registry; itoap, the fastest published Rust printer we know, stands in as the strongest peer.");
-        plan.note("The guarantees are about spindle_fmt::append, the post's contract (print straight into the destination, garbage allowed after the digits inside reserved room): itoa has no such form, and its Buffer + extend_from_slice is how serde_json appends. The drop-in spindle_fmt::Buffer pays the same copy as itoa::Buffer and carries no guarantee; its row shows what a one-import switch gains.");
-        plan.note("For u32 the 'counts' distribution is 2^(32·U): the post's an_itoa handles 32 bits only. The post's size-class distribution is read as: pick 10^k uniformly among 10^2 … 10^8, then a number uniformly below it.");
+        section(&mut plan, "u32", &narrow, |r| r.u32);
+        section(&mut plan, "u64", &wide, |r| r.u64);
+        claims(&mut plan);
         ctx.measure(plan)
     }
 }

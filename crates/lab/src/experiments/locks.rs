@@ -8,7 +8,11 @@
 //! idle time (from the timestamp taken just before an unlock, stored under the lock, to the
 //! next acquisition by any thread; the first acquisition is skipped). T = cores and
 //! T = 4 × cores. Iterations per thread are calibrated so that a std Mutex run lasts the
-//! profile's target; a run stops at a cap of 8 × that target and is then marked capped.
+//! profile's target (on the first visit; later visits measure the same runs); a run stops at a
+//! cap of 8 × that target and is then marked capped.
+//!
+//! The locks are one table in `run` (id, label, a run over that lock), every lock in both
+//! sections; [`REFERENCE`] holds the post's figures under the same ids.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::time::Duration;
@@ -19,9 +23,9 @@ use spindle_sync::lock::{FutexMutex, SpinLock, SpindleLock, TicketLock};
 use super::spinlocks::{TasLock, TtasLock};
 use crate::kit::{calibrate, run_together, CachePadded};
 use crate::references::MUTEXES;
-use crate::results::Table;
-use crate::runner::Ctx;
-use crate::spec::{Claim, Experiment, Info, Metric, Plan, Sample, Section, Variant};
+use crate::results::{ExperimentResult, Table};
+use crate::runner::{Ctx, Experiment};
+use crate::spec::{Claim, Info, Metric, Plan, Sample, Section, Variant};
 use crate::sys::rdtsc;
 
 pub struct Locks;
@@ -139,6 +143,117 @@ const REFERENCE: &[(&str, &str, f64, Four, Four)] = &[
     ),
 ];
 
+/// A thread count of the experiment: (section id, threads, iterations per thread).
+type Level = (&'static str, usize, u64);
+
+/// T = cores and T = 4 × cores, with iterations per thread calibrated on std's Mutex so that a
+/// run lasts `target`; calibrated on the first visit only, so that every visit measures the
+/// same runs.
+fn levels(ctx: &mut Ctx, target: Duration, ticks_per_ns: f64) -> Vec<Level> {
+    let cores = ctx.cores();
+    let probe = std::sync::Mutex::new(Slot::default());
+    [
+        ("t1", "iterations-t1", cores),
+        ("t4", "iterations-t4", 4 * cores),
+    ]
+    .into_iter()
+    .map(|(id, key, t)| {
+        let n = ctx.once(key, |ctx| {
+            ctx.status(&format!("calibrating iterations for {t} threads"));
+            calibrate(target, 64, 1 << 24, |n| {
+                Duration::from_nanos(
+                    one_run(&probe, t, n, u64::MAX, ticks_per_ns)
+                        .value("run")
+                        .unwrap_or(0.0) as u64,
+                )
+            })
+        });
+        (id, t, n)
+    })
+    .collect()
+}
+
+/// One section per thread count, every lock in each; `target`: the calibrated run length.
+fn sections<'a>(
+    plan: &mut Plan<'a>,
+    levels: &[Level],
+    locks: &[(&'static str, &'static str, RunOf<'a>)],
+    target: Duration,
+) {
+    for &(level, threads, iterations) in levels {
+        let what = if level == "t1" {
+            "= cores"
+        } else {
+            "= 4 × cores"
+        };
+        plan.param(
+            format!("iterations per thread, T = {threads}"),
+            format!(
+                "{iterations} (std Mutex run ≈ {} ms; the post: 16384)",
+                target.as_millis()
+            ),
+        );
+        plan.section(
+            Section::new(level, format!("T = {threads} threads ({what}), unpinned"))
+                .baseline(format!("std-{level}"))
+                .metric(Metric::time("run", "run duration"))
+                .metric(Metric::time("wait", "longest wait").show_max())
+                .metric(Metric::time("idle", "longest idle").show_max()),
+        );
+        for &(id, label, run) in locks {
+            let reference = REFERENCE
+                .iter()
+                .find(|r| r.1 == id && level == "t1")
+                .map(|r| r.2 / REFERENCE[0].2);
+            plan.variant(
+                Variant::fixed(level, format!("{id}-{level}"), label, move || {
+                    run(threads, iterations)
+                })
+                .threads(threads)
+                .reference(reference),
+            );
+        }
+    }
+}
+
+/// Spindle's Mutex at 4 × cores; the post's two clearest findings at T = cores.
+fn claims(plan: &mut Plan<'_>) {
+    plan.claim(Claim::guarantee("spindle-throughput", "At T = 4 × cores, a Spindle Mutex run takes at most 1.0 × as long as a SpinLock run (the best spinlock here)")
+        .ratio("spindle-t4", "spin-t4").metric("run").at_most(1.0));
+    plan.claim(Claim::guarantee("spindle-idle", "At T = 4 × cores, a Spindle Mutex run's longest idle time is at most 1.0 × a std Mutex run's")
+        .ratio("spindle-t4", "std-t4").metric("idle").at_most(1.0));
+    plan.claim(Claim::reproduction("tas-terrible", "At T = cores, a run with the terrible spinlock takes at least 2 × as long as with std's mutex", MUTEXES, "13.3 × (825 ms vs 62 ms)")
+        .ratio("tas-t1", "std-t1").metric("run").at_least(2.0));
+    plan.claim(
+        Claim::reproduction(
+            "ticket-slow",
+            "At T = cores, a ticket-spinlock run takes at least 1.2 × as long as with std's mutex",
+            MUTEXES,
+            "1.5 × (93 ms vs 62 ms)",
+        )
+        .ratio("ticket-t1", "std-t1")
+        .metric("run")
+        .at_least(1.2),
+    );
+    plan.note("“SpinLock” is the post's improved spinlock (TTAS, 16 pauses, then sched_yield). Idle: the claim compares the longest idle time of one Spindle run with that of one std run of the same trial.");
+    plan.note("The post ran latency and idle measurements in separate runs (100 and 1000 of them); here each run measures both, and “largest” is the largest per-run value over this run's trials.");
+}
+
+/// The post's own table, for comparison.
+fn post_table(r: &mut ExperimentResult) {
+    r.tables.push(Table {
+        title: "The post's table (Linux CFS, 16 threads on a Ryzen 7 1700): average run, four longest waits, four longest idle times".into(),
+        columns: vec!["lock (ours)".into(), "average run".into(), "four longest waits".into(), "four longest idle times".into()],
+        rows: REFERENCE
+            .iter()
+            .map(|(name, ours, run, waits, idles)| {
+                let list = |v: &[f64; 4]| v.iter().map(|x| format!("{x} ms")).collect::<Vec<_>>().join(", ");
+                vec![format!("{name} ({ours})"), format!("{run} ms"), list(waits), list(idles)]
+            })
+            .collect(),
+    })
+}
+
 impl Experiment for Locks {
     fn info(&self) -> Info {
         Info {
@@ -155,26 +270,11 @@ impl Experiment for Locks {
 
     fn run(&self, ctx: &mut Ctx) -> Result<(), String> {
         // Parameters: T, and iterations calibrated on std's Mutex at each T.
-        let cores = ctx.cores();
         let ticks_per_ns = ctx.machine.tsc_ghz;
         let target = ctx.run_target(16) / 2;
         let cap = target * 8;
         let cap_ticks = (cap.as_nanos() as f64 * ticks_per_ns) as u64;
-        let probe = std::sync::Mutex::new(Slot::default());
-        let levels: Vec<(&'static str, usize, u64)> = [("t1", cores), ("t4", 4 * cores)]
-            .into_iter()
-            .map(|(id, t)| {
-                ctx.status(&format!("calibrating iterations for {t} threads"));
-                let n = calibrate(target, 64, 1 << 24, |n| {
-                    Duration::from_nanos(
-                        one_run(&probe, t, n, u64::MAX, ticks_per_ns)
-                            .value("run")
-                            .unwrap_or(0.0) as u64,
-                    )
-                });
-                (id, t, n)
-            })
-            .collect();
+        let levels = levels(ctx, target, ticks_per_ns);
 
         // State: one lock of each kind, each on its own lines.
         let tas = CachePadded(Mutex::<TasLock, Slot>::new(Slot::default()));
@@ -218,40 +318,7 @@ impl Experiment for Locks {
 
         // Sections and variants: every lock at both thread counts.
         let mut plan = Plan::new();
-        for &(level, threads, iterations) in &levels {
-            let what = if level == "t1" {
-                "= cores"
-            } else {
-                "= 4 × cores"
-            };
-            plan.param(
-                format!("iterations per thread, T = {threads}"),
-                format!(
-                    "{iterations} (std Mutex run ≈ {} ms; the post: 16384)",
-                    target.as_millis()
-                ),
-            );
-            plan.section(
-                Section::new(level, format!("T = {threads} threads ({what}), unpinned"))
-                    .baseline(format!("std-{level}"))
-                    .metric(Metric::time("run", "run duration"))
-                    .metric(Metric::time("wait", "longest wait").show_max())
-                    .metric(Metric::time("idle", "longest idle").show_max()),
-            );
-            for &(id, label, run) in &locks {
-                let reference = REFERENCE
-                    .iter()
-                    .find(|r| r.1 == id && level == "t1")
-                    .map(|r| r.2 / REFERENCE[0].2);
-                plan.variant(
-                    Variant::fixed(level, format!("{id}-{level}"), label, move || {
-                        run(threads, iterations)
-                    })
-                    .threads(threads)
-                    .reference(reference),
-                );
-            }
-        }
+        sections(&mut plan, &levels, &locks, target);
         plan.param(
             "per-run time cap",
             format!(
@@ -259,34 +326,11 @@ impl Experiment for Locks {
                 cap.as_millis()
             ),
         );
-
-        // Claims: Spindle's Mutex at 4 × cores; the post's two clearest findings at T = cores.
-        plan.claim(Claim::guarantee("spindle-throughput", "At T = 4 × cores, a Spindle Mutex run takes at most 1.0 × as long as a SpinLock run (the best spinlock here)")
-            .ratio("spindle-t4", "spin-t4").metric("run").at_most(1.0));
-        plan.claim(Claim::guarantee("spindle-idle", "At T = 4 × cores, a Spindle Mutex run's longest idle time is at most 1.0 × a std Mutex run's")
-            .ratio("spindle-t4", "std-t4").metric("idle").at_most(1.0));
-        plan.claim(Claim::reproduction("tas-terrible", "At T = cores, a run with the terrible spinlock takes at least 2 × as long as with std's mutex", MUTEXES, "13.3 × (825 ms vs 62 ms)")
-            .ratio("tas-t1", "std-t1").metric("run").at_least(2.0));
-        plan.claim(Claim::reproduction("ticket-slow", "At T = cores, a ticket-spinlock run takes at least 1.2 × as long as with std's mutex", MUTEXES, "1.5 × (93 ms vs 62 ms)")
-            .ratio("ticket-t1", "std-t1").metric("run").at_least(1.2));
-        plan.note("“SpinLock” is the post's improved spinlock (TTAS, 16 pauses, then sched_yield). Idle: the claim compares the longest idle time of one Spindle run with that of one std run of the same trial.");
-        plan.note("The post ran latency and idle measurements in separate runs (100 and 1000 of them); here each run measures both, and “largest” is the largest per-run value over this run's trials.");
+        claims(&mut plan);
         if ctx.machine.virtualised {
             plan.note("On a virtual machine the hypervisor can deschedule a vCPU at any moment, which shows up as long waits and idle times for every lock alike.");
         }
-        plan.finish(|r| {
-            r.tables.push(Table {
-                title: "The post's table (Linux CFS, 16 threads on a Ryzen 7 1700): average run, four longest waits, four longest idle times".into(),
-                columns: vec!["lock (ours)".into(), "average run".into(), "four longest waits".into(), "four longest idle times".into()],
-                rows: REFERENCE
-                    .iter()
-                    .map(|(name, ours, run, waits, idles)| {
-                        let list = |v: &[f64; 4]| v.iter().map(|x| format!("{x} ms")).collect::<Vec<_>>().join(", ");
-                        vec![format!("{name} ({ours})"), format!("{run} ms"), list(waits), list(idles)]
-                    })
-                    .collect(),
-            })
-        });
+        plan.finish(post_table);
         ctx.measure(plan)
     }
 }

@@ -14,7 +14,7 @@ mod smr;
 mod spawn;
 pub mod spinlocks;
 
-use crate::spec::Experiment;
+use crate::runner::Experiment;
 
 /// Every experiment, in the order the lab runs them.
 pub fn all() -> Vec<Box<dyn Experiment>> {

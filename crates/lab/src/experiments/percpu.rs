@@ -9,6 +9,10 @@
 //! - **sum**: the cost of reading the total.
 //! - **aborts**: restartable sequences the kernel aborted, per second and per million adds,
 //!   with 4 × cores threads (preemption, migration and signals abort sections).
+//!
+//! [`RIVALS`] declares every counter once: id, its [`Kind`] (the adapter: how `Counters` adds
+//! and sums with it), and its label in the add sections and, where it takes part, in the sum
+//! section. The sections iterate it.
 
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::time::Instant;
@@ -18,8 +22,8 @@ use thread_local::ThreadLocal;
 
 use crate::kit::{run_together, time, CachePadded, Span};
 use crate::references::POLYSEMIC_NULL;
-use crate::runner::Ctx;
-use crate::spec::{Claim, Experiment, Info, Metric, Plan, Sample, Section, Variant};
+use crate::runner::{Ctx, Experiment};
+use crate::spec::{Claim, Info, Metric, Plan, Sample, Section, Variant};
 
 pub struct PerCpu;
 
@@ -86,21 +90,55 @@ enum Kind {
     Crate,
 }
 
-const KINDS: [(Kind, &str, &str); 6] = [
-    (Kind::Floor, "tls", "thread-local plain increment (floor)"),
-    (Kind::Ours, "percpu", "Spindle PerCpuCounter (rseq)"),
-    (
-        Kind::Fallback,
-        "sharded",
-        "Spindle PerCpuCounter::sharded (fallback)",
-    ),
-    (Kind::Shared, "xadd", "one shared counter, lock xadd"),
-    (Kind::ByCpu, "getcpu", "atomics sharded by sched_getcpu"),
-    (
-        Kind::Crate,
-        "thread-local-crate",
-        "thread_local crate, a slot per thread",
-    ),
+/// A counter: one entry of [`RIVALS`].
+struct Rival {
+    /// Variant ids are `<id>-<threads>` in the add sections, `sum-<id>` in the sum section.
+    id: &'static str,
+    kind: Kind,
+    /// Its label in the add sections.
+    add: &'static str,
+    /// Its label in the sum section (None: not in it).
+    sum: Option<&'static str>,
+}
+
+/// Every counter, in the order of the report's rows.
+const RIVALS: [Rival; 6] = [
+    Rival {
+        id: "tls",
+        kind: Kind::Floor,
+        add: "thread-local plain increment (floor)",
+        sum: None,
+    },
+    Rival {
+        id: "percpu",
+        kind: Kind::Ours,
+        add: "Spindle PerCpuCounter (rseq)",
+        sum: Some("Spindle PerCpuCounter::sum (a word per possible CPU)"),
+    },
+    Rival {
+        id: "sharded",
+        kind: Kind::Fallback,
+        add: "Spindle PerCpuCounter::sharded (fallback)",
+        sum: None,
+    },
+    Rival {
+        id: "xadd",
+        kind: Kind::Shared,
+        add: "one shared counter, lock xadd",
+        sum: Some("shared counter: one load"),
+    },
+    Rival {
+        id: "getcpu",
+        kind: Kind::ByCpu,
+        add: "atomics sharded by sched_getcpu",
+        sum: Some("sched_getcpu shards"),
+    },
+    Rival {
+        id: "thread-local-crate",
+        kind: Kind::Crate,
+        add: "thread_local crate, a slot per thread",
+        sum: Some("thread_local crate: iterate the slots"),
+    },
 ];
 
 /// `threads` unpinned threads split `n` adds; checks that every add was counted.
@@ -116,6 +154,112 @@ fn adds(c: &Counters, kind: Kind, threads: usize, n: u64) -> Span {
         "adds were lost: the counter is broken"
     );
     span
+}
+
+/// Counter add with one thread, `cores` threads (when more than one) and 4 × cores: every
+/// counter.
+fn add_sections<'a>(plan: &mut Plan<'a>, c: &'a Counters, cores: usize) {
+    let mut counts = vec![(1, "1", "one thread".to_string())];
+    if cores > 1 {
+        counts.push((cores, "c", format!("{cores} threads (cores)")));
+    }
+    counts.push((
+        4 * cores,
+        "4x",
+        format!("{} threads (4 × cores)", 4 * cores),
+    ));
+    for &(threads, suffix, ref who) in &counts {
+        let section: &'static str = match suffix {
+            "1" => "add-1",
+            "c" => "add-cores",
+            _ => "add-4x",
+        };
+        plan.section(
+            Section::per_op(section, format!("Counter add, {who}"), "add")
+                .baseline(format!("tls-{suffix}")),
+        );
+        for r in &RIVALS {
+            let kind = r.kind;
+            plan.variant(
+                Variant::per_op(section, format!("{}-{suffix}", r.id), r.add, move |n| {
+                    adds(c, kind, threads, n)
+                })
+                .threads(threads),
+            );
+        }
+    }
+}
+
+/// Reading the total: one load, or a walk over every slot.
+fn sum_section<'a>(plan: &mut Plan<'a>, c: &'a Counters) {
+    plan.section(Section::per_op("sum", "Reading the total", "read").baseline("sum-xadd"));
+    for r in &RIVALS {
+        let Some(label) = r.sum else { continue };
+        let kind = r.kind;
+        plan.variant(Variant::per_op(
+            "sum",
+            format!("sum-{}", r.id),
+            label,
+            move |n| {
+                time(|| {
+                    for _ in 0..n {
+                        std::hint::black_box(c.sum(kind));
+                    }
+                })
+            },
+        ));
+    }
+}
+
+/// Aborted restartable sequences with `threads` threads adding.
+fn aborts_section<'a>(plan: &mut Plan<'a>, c: &'a Counters, threads: usize) {
+    plan.section(
+        Section::new(
+            "aborts",
+            format!("Aborted sections, {threads} threads adding"),
+        )
+        .metric(Metric::rate("aborts", "aborts"))
+        .metric(Metric::count("per_million", "aborts per million adds")),
+    );
+    plan.variant(
+        Variant::calibrated(
+            "aborts",
+            "aborts-4x",
+            "Spindle PerCpuCounter::add",
+            move |n| {
+                let before = percpu::aborts();
+                let t0 = Instant::now();
+                adds(c, Kind::Ours, threads, n);
+                let secs = t0.elapsed().as_secs_f64().max(1e-9);
+                let aborted = (percpu::aborts() - before) as f64;
+                Sample::new()
+                    .with("aborts", aborted / secs)
+                    .with("per_million", aborted * 1e6 / n as f64)
+                    .took(t0.elapsed())
+            },
+        )
+        .threads(threads),
+    );
+}
+
+/// Spindle's two guarantees.
+fn claims(plan: &mut Plan<'_>) {
+    plan.claim(
+        Claim::guarantee(
+            "percpu-floor",
+            "With one thread, a per-CPU add costs at most 1.5 × a thread-local plain increment",
+        )
+        .ratio("percpu-1", "tls-1")
+        .at_most(1.5),
+    );
+    plan.claim(
+        Claim::guarantee(
+            "percpu-vs-xadd",
+            "With 4 × cores threads, a per-CPU add is at least 5 × faster than a shared lock xadd",
+        )
+        .ratio("xadd-4x", "percpu-4x")
+        .at_least(5.0),
+    );
 }
 
 impl Experiment for PerCpu {
@@ -150,107 +294,10 @@ impl Experiment for PerCpu {
         let mut plan = Plan::new();
         plan.param("registration", p.describe());
         plan.param("this thread uses rseq", c.ours.uses_rseq());
-        let mut counts = vec![(1, "1", "one thread".to_string())];
-        if cores > 1 {
-            counts.push((cores, "c", format!("{cores} threads (cores)")));
-        }
-        counts.push((
-            4 * cores,
-            "4x",
-            format!("{} threads (4 × cores)", 4 * cores),
-        ));
-        for &(threads, suffix, ref who) in &counts {
-            let section: &'static str = match suffix {
-                "1" => "add-1",
-                "c" => "add-cores",
-                _ => "add-4x",
-            };
-            plan.section(
-                Section::per_op(section, format!("Counter add, {who}"), "add")
-                    .baseline(format!("tls-{suffix}")),
-            );
-            for (kind, id, label) in KINDS {
-                plan.variant(
-                    Variant::per_op(section, format!("{id}-{suffix}"), label, move |n| {
-                        adds(c, kind, threads, n)
-                    })
-                    .threads(threads),
-                );
-            }
-        }
-
-        // Reading the total: one load, or a walk over every slot.
-        plan.section(Section::per_op("sum", "Reading the total", "read").baseline("sum-xadd"));
-        let reads: [(Kind, &str, &str); 4] = [
-            (Kind::Shared, "sum-xadd", "shared counter: one load"),
-            (
-                Kind::Ours,
-                "sum-percpu",
-                "Spindle PerCpuCounter::sum (a word per possible CPU)",
-            ),
-            (Kind::ByCpu, "sum-getcpu", "sched_getcpu shards"),
-            (
-                Kind::Crate,
-                "sum-thread-local-crate",
-                "thread_local crate: iterate the slots",
-            ),
-        ];
-        for (kind, id, label) in reads {
-            plan.variant(Variant::per_op("sum", id, label, move |n| {
-                time(|| {
-                    for _ in 0..n {
-                        std::hint::black_box(c.sum(kind));
-                    }
-                })
-            }));
-        }
-
-        // Aborts under oversubscription.
-        let threads = 4 * cores;
-        plan.section(
-            Section::new(
-                "aborts",
-                format!("Aborted sections, {threads} threads adding"),
-            )
-            .metric(Metric::rate("aborts", "aborts"))
-            .metric(Metric::count("per_million", "aborts per million adds")),
-        );
-        plan.variant(
-            Variant::calibrated(
-                "aborts",
-                "aborts-4x",
-                "Spindle PerCpuCounter::add",
-                move |n| {
-                    let before = percpu::aborts();
-                    let t0 = Instant::now();
-                    adds(c, Kind::Ours, threads, n);
-                    let secs = t0.elapsed().as_secs_f64().max(1e-9);
-                    let aborted = (percpu::aborts() - before) as f64;
-                    Sample::new()
-                        .with("aborts", aborted / secs)
-                        .with("per_million", aborted * 1e6 / n as f64)
-                        .took(t0.elapsed())
-                },
-            )
-            .threads(threads),
-        );
-
-        plan.claim(
-            Claim::guarantee(
-                "percpu-floor",
-                "With one thread, a per-CPU add costs at most 1.5 × a thread-local plain increment",
-            )
-            .ratio("percpu-1", "tls-1")
-            .at_most(1.5),
-        );
-        plan.claim(
-            Claim::guarantee(
-                "percpu-vs-xadd",
-                "With 4 × cores threads, a per-CPU add is at least 5 × faster than a shared lock xadd",
-            )
-            .ratio("xadd-4x", "percpu-4x")
-            .at_least(5.0),
-        );
+        add_sections(&mut plan, c, cores);
+        sum_section(&mut plan, c);
+        aborts_section(&mut plan, c, 4 * cores);
+        claims(&mut plan);
         if p.reason.is_some() {
             plan.note(format!(
                 "Restartable sequences are unavailable here ({}): the per-CPU counter ran its fallback.",

@@ -15,6 +15,12 @@
 //!
 //! Rings that never block are driven the way their users drive them: retry, with a `pause`
 //! between tries and a `sched_yield` every 64 tries.
+//!
+//! [`RIVALS`] declares the rings and channels once: id, label, and the function that runs it
+//! in each section. A [`Peer`] (the adapter to one crate's API) takes part in every section
+//! that its traits allow: the idle and wake sections take those that block, the MPMC section
+//! those whose both ends can be cloned ([`Multi`]). The sections below iterate the table, so
+//! a new rival is one `impl Peer` and one entry.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex};
@@ -25,8 +31,8 @@ use ringbuf_blocking::traits::Split;
 use spindle_sync::{futex, mpmc, spsc};
 
 use crate::kit::{median, run_together, CachePadded, Span};
-use crate::runner::Ctx;
-use crate::spec::{Claim, Experiment, Info, Metric, Plan, Sample, Section, Variant};
+use crate::runner::{Ctx, Experiment};
+use crate::spec::{Claim, Info, Metric, Plan, Sample, Section, Variant};
 use crate::sys::rdtsc;
 
 pub struct Rings;
@@ -511,68 +517,306 @@ fn many<P: Multi>(n: u64, threads: usize) -> Span {
     })
 }
 
-/// Every peer, for sections that take any: (short id, label, blocks).
-fn peers() -> Vec<(&'static str, &'static str)> {
-    vec![
-        ("spsc", "Spindle spsc ring (blocking)"),
-        ("mpmc", "Spindle mpmc channel (blocking)"),
-        ("rtrb", "rtrb (spins)"),
-        ("crossbeam", "crossbeam-channel bounded (blocking)"),
-        ("arrayqueue", "crossbeam ArrayQueue (spins)"),
-        ("flume", "flume bounded (blocking)"),
-        ("kanal", "kanal bounded (blocking)"),
-        ("std", "std sync_channel (blocking)"),
-        ("ringbuf", "ringbuf-blocking (blocking)"),
-    ]
+/// Two threads' CPUs (None: the scheduler places them).
+type Cpus<'a> = Option<&'a [usize]>;
+
+/// `n` items or round trips between two threads on the given CPUs.
+type TwoThreads = fn(u64, Cpus) -> Span;
+
+/// `n` wakes of a sleeping consumer, given TSC ticks per ns: every latency in ns.
+type Wakes = fn(u64, Cpus, f64) -> Vec<f64>;
+
+/// A ring or channel, and how each section runs it: one entry of [`RIVALS`].
+struct Rival {
+    /// Variant ids are `<section>-<id>`.
+    id: &'static str,
+    label: &'static str,
+    one_thread: fn(u64) -> Span,
+    stream8: TwoThreads,
+    stream64: TwoThreads,
+    ping_pong: TwoThreads,
+    /// The idle and wake sections take only rings that block (None: it spins).
+    idle: Option<fn(u64, Cpus) -> Sample>,
+    wake: Option<Wakes>,
+    /// The MPMC section takes only channels whose both ends can be cloned.
+    many: Option<fn(u64, usize) -> Span>,
+    many_label: &'static str,
 }
 
-/// Dispatch a generic body on a peer's short id.
-macro_rules! with_peer {
-    ($id:expr, $P:ident => $body:expr) => {
-        match $id {
-            "spsc" => {
-                type $P = SpindleSpsc;
-                $body
-            }
-            "mpmc" => {
-                type $P = SpindleMpmc;
-                $body
-            }
-            "rtrb" => {
-                type $P = Rtrb;
-                $body
-            }
-            "crossbeam" => {
-                type $P = CrossbeamChannel;
-                $body
-            }
-            "arrayqueue" => {
-                type $P = CrossbeamArrayQueue;
-                $body
-            }
-            "flume" => {
-                type $P = Flume;
-                $body
-            }
-            "kanal" => {
-                type $P = Kanal;
-                $body
-            }
-            "std" => {
-                type $P = StdSync;
-                $body
-            }
-            "ringbuf" => {
-                type $P = RingbufBlocking;
-                $body
-            }
-            other => unreachable!("no peer {other}"),
+impl Rival {
+    /// `P` in every section a [`Peer`] can run.
+    const fn of<P: Peer>(id: &'static str, label: &'static str) -> Rival {
+        Rival {
+            id,
+            label,
+            one_thread: one_thread::<P>,
+            stream8: stream::<P, u64>,
+            stream64: stream::<P, [u64; 8]>,
+            ping_pong: ping_pong::<P>,
+            idle: if P::BLOCKS {
+                Some(idle_consumer::<P>)
+            } else {
+                None
+            },
+            wake: if P::BLOCKS { Some(wake::<P>) } else { None },
+            many: None,
+            many_label: label,
         }
-    };
+    }
+
+    /// `P` in every section, the MPMC one included.
+    const fn multi<P: Multi>(id: &'static str, label: &'static str) -> Rival {
+        let mut r = Rival::of::<P>(id, label);
+        r.many = Some(many::<P>);
+        r
+    }
+
+    /// Another label in the MPMC section.
+    const fn many_label(mut self, label: &'static str) -> Rival {
+        self.many_label = label;
+        self
+    }
 }
 
-fn blocks(id: &str) -> bool {
-    with_peer!(id, P => P::BLOCKS)
+/// Every ring and channel, in the order of the report's rows. Adding one is an entry here (and
+/// its `impl Peer` above).
+const RIVALS: &[Rival] = &[
+    Rival::of::<SpindleSpsc>("spsc", "Spindle spsc ring (blocking)"),
+    Rival::multi::<SpindleMpmc>("mpmc", "Spindle mpmc channel (blocking)"),
+    Rival::of::<Rtrb>("rtrb", "rtrb (spins)"),
+    Rival::multi::<CrossbeamChannel>("crossbeam", "crossbeam-channel bounded (blocking)"),
+    Rival::multi::<CrossbeamArrayQueue>("arrayqueue", "crossbeam ArrayQueue (spins)")
+        .many_label("crossbeam ArrayQueue (spins, yields)"),
+    Rival::multi::<Flume>("flume", "flume bounded (blocking)"),
+    Rival::multi::<Kanal>("kanal", "kanal bounded (blocking)"),
+    Rival::of::<StdSync>("std", "std sync_channel (blocking)"),
+    Rival::of::<RingbufBlocking>("ringbuf", "ringbuf-blocking (blocking)"),
+];
+
+/// Push + pop on one thread, every rival.
+fn one_thread_section(plan: &mut Plan<'_>) {
+    plan.section(
+        Section::per_op(
+            "onethread",
+            "Push + pop on one thread, nobody waiting",
+            "push + pop",
+        )
+        .baseline("onethread-rtrb"),
+    );
+    for r in RIVALS {
+        plan.variant(Variant::per_op(
+            "onethread",
+            format!("onethread-{}", r.id),
+            r.label,
+            r.one_thread,
+        ));
+    }
+}
+
+/// A per-op section of two threads on `cpus`, every rival, each run by `run_of(rival)`.
+fn two_thread_section<'a>(
+    plan: &mut Plan<'a>,
+    section: Section,
+    cpus: Cpus<'a>,
+    run_of: fn(&Rival) -> TwoThreads,
+) {
+    let id = section.id;
+    plan.section(section);
+    for r in RIVALS {
+        let run = run_of(r);
+        plan.variant(
+            Variant::per_op(id, format!("{id}-{}", r.id), r.label, move |n| run(n, cpus))
+                .threads(2),
+        );
+    }
+}
+
+/// Streams of 8- and 64-byte items, ping-pong on two CPUs and on one.
+fn two_thread_sections<'a>(plan: &mut Plan<'a>, pin: Cpus<'a>, one: Cpus<'a>) {
+    let s = |id, title, baseline: &str| Section::per_op(id, title, "item").baseline(baseline);
+    two_thread_section(
+        plan,
+        s(
+            "stream8",
+            "Stream 8-byte items between two CPUs",
+            "stream8-rtrb",
+        ),
+        pin,
+        |r| r.stream8,
+    );
+    two_thread_section(
+        plan,
+        s(
+            "stream64",
+            "Stream 64-byte items between two CPUs",
+            "stream64-rtrb",
+        ),
+        pin,
+        |r| r.stream64,
+    );
+    let s = |id, title, baseline: &str| Section::per_op(id, title, "round trip").baseline(baseline);
+    two_thread_section(
+        plan,
+        s(
+            "pingpong",
+            "Ping-pong between two CPUs (one-slot rings)",
+            "pingpong-crossbeam",
+        ),
+        pin,
+        |r| r.ping_pong,
+    );
+    two_thread_section(
+        plan,
+        s(
+            "pingpong1",
+            "Ping-pong with both threads on one CPU",
+            "pingpong1-crossbeam",
+        ),
+        one,
+        |r| r.ping_pong,
+    );
+}
+
+/// CPU time of a consumer waiting for one message per millisecond, rings that block.
+fn idle_section<'a>(plan: &mut Plan<'a>, pin: Cpus<'a>) {
+    plan.section(
+        Section::new("idle", "A consumer waiting for one message per millisecond")
+            .baseline("idle-crossbeam")
+            .metric(Metric::ratio("cpu", "consumer CPU time (% of one CPU)")),
+    );
+    plan.variant(Variant::fixed(
+        "idle",
+        "idle-bound",
+        "1 % of one CPU (the guarantee's bound)",
+        || Sample::new().with("cpu", 1.0),
+    ));
+    for r in RIVALS {
+        if let Some(idle) = r.idle {
+            plan.variant(
+                Variant::fixed("idle", format!("idle-{}", r.id), r.label, move || {
+                    idle(20, pin)
+                })
+                .threads(2),
+            );
+        }
+    }
+}
+
+/// Waking a consumer asleep in pop / recv, rings that block, against a bare futex.
+fn wake_section<'a>(plan: &mut Plan<'a>, pin: Cpus<'a>, ticks_per_ns: f64) {
+    plan.section(
+        Section::new("wake", "Wake a consumer asleep in pop / recv")
+            .baseline("wake-futex")
+            .metric(Metric::time(
+                "latency",
+                "push to consumer running, median of a run",
+            )),
+    );
+    let latency = |mut l: Vec<f64>| {
+        Sample::new()
+            .with("latency", median(&mut l))
+            .pool("latency", l)
+    };
+    plan.variant(
+        Variant::calibrated(
+            "wake",
+            "wake-futex",
+            "bare futex wait/wake (floor)",
+            move |n| latency(wake_futex(n, pin, ticks_per_ns)),
+        )
+        .threads(2)
+        .max_work(10_000),
+    );
+    for r in RIVALS {
+        if let Some(wake) = r.wake {
+            plan.variant(
+                Variant::calibrated("wake", format!("wake-{}", r.id), r.label, move |n| {
+                    latency(wake(n, pin, ticks_per_ns))
+                })
+                .threads(2)
+                .max_work(10_000),
+            );
+        }
+    }
+}
+
+/// Messages through one channel with `threads` threads, channels with cloneable ends.
+fn many_section(plan: &mut Plan<'_>, threads: usize) {
+    plan.section(
+        Section::per_op(
+            "many",
+            format!("MPMC: {threads} threads, half sending"),
+            "message",
+        )
+        .baseline("many-crossbeam"),
+    );
+    for r in RIVALS {
+        if let Some(many) = r.many {
+            plan.variant(
+                Variant::per_op("many", format!("many-{}", r.id), r.many_label, move |n| {
+                    many(n, threads)
+                })
+                .threads(threads),
+            );
+        }
+    }
+}
+
+/// Spindle's guarantees; `threads` as in the MPMC section.
+fn claims(plan: &mut Plan<'_>, threads: usize) {
+    let g = Claim::guarantee;
+    plan.claim(
+        g(
+            "spsc-fast-path",
+            "Spindle's spsc push + pop costs at most 1.1 × rtrb's (one thread, nobody waiting)",
+        )
+        .ratio("onethread-spsc", "onethread-rtrb")
+        .at_most(1.1),
+    );
+    for (s, bytes) in [("stream8", 8), ("stream64", 64)] {
+        plan.claim(
+            Claim::guarantee(
+                if bytes == 8 { "spsc-stream8-vs-rtrb" } else { "spsc-stream64-vs-rtrb" },
+                format!("Spindle's spsc streams {bytes}-byte items between two CPUs at least as fast as rtrb"),
+            )
+            .ratio(format!("{s}-spsc"), format!("{s}-rtrb"))
+            .at_most(1.0),
+        );
+        plan.claim(
+            Claim::guarantee(
+                if bytes == 8 { "spsc-stream8-vs-crossbeam" } else { "spsc-stream64-vs-crossbeam" },
+                format!("Spindle's spsc streams {bytes}-byte items at least 2 × as fast as crossbeam-channel"),
+            )
+            .ratio(format!("{s}-spsc"), format!("{s}-crossbeam"))
+            .at_most(0.5),
+        );
+    }
+    plan.claim(
+        g(
+            "spsc-one-cpu",
+            "Spindle's spsc ping-pong on one CPU costs at most 2 × its two-CPU round trip",
+        )
+        .ratio("pingpong1-spsc", "pingpong-spsc")
+        .at_most(2.0),
+    );
+    plan.claim(
+        g("spsc-idle", "A consumer waiting on Spindle's spsc for one message per ms burns at most 1 % of a CPU")
+            .ratio("idle-spsc", "idle-bound")
+            .at_most(1.0),
+    );
+    plan.claim(
+        g(
+            "spsc-wake",
+            "Spindle's spsc wakes a sleeping consumer within 1.1 × the bare futex floor",
+        )
+        .ratio("wake-spsc", "wake-futex")
+        .at_most(1.1),
+    );
+    plan.claim(
+        Claim::guarantee("mpmc-vs-crossbeam", format!("Spindle's mpmc moves messages with {threads} threads at least as fast as crossbeam-channel"))
+            .ratio("many-mpmc", "many-crossbeam")
+            .at_most(1.0),
+    );
 }
 
 impl Experiment for Rings {
@@ -593,8 +837,6 @@ impl Experiment for Rings {
         let pair_cpus = ctx.cpu_pair();
         let pin = pair_cpus.as_ref().map(|p| &p[..]);
         let one_cpu = [ctx.cpus()[0]; 2];
-        let one = Some(&one_cpu[..]);
-        let ticks_per_ns = ctx.machine.tsc_ghz;
         let threads = 4 * ctx.cores();
         let mut plan = Plan::new();
         plan.param("capacity", format!("{CAPACITY} slots (ping-pong: 1)"));
@@ -614,208 +856,12 @@ impl Experiment for Rings {
             format!("{threads} (4 × {} cores), half sending", ctx.cores()),
         );
 
-        plan.section(
-            Section::per_op(
-                "onethread",
-                "Push + pop on one thread, nobody waiting",
-                "push + pop",
-            )
-            .baseline("onethread-rtrb"),
-        );
-        for (id, label) in peers() {
-            plan.variant(Variant::per_op(
-                "onethread",
-                format!("onethread-{id}"),
-                label,
-                move |n| with_peer!(id, P => one_thread::<P>(n)),
-            ));
-        }
-
-        for (section, title, wide) in [
-            ("stream8", "Stream 8-byte items between two CPUs", false),
-            ("stream64", "Stream 64-byte items between two CPUs", true),
-        ] {
-            plan.section(
-                Section::per_op(section, title, "item").baseline(format!("{section}-rtrb")),
-            );
-            for (id, label) in peers() {
-                plan.variant(
-                    Variant::per_op(section, format!("{section}-{id}"), label, move |n| {
-                        if wide {
-                            with_peer!(id, P => stream::<P, [u64; 8]>(n, pin))
-                        } else {
-                            with_peer!(id, P => stream::<P, u64>(n, pin))
-                        }
-                    })
-                    .threads(2),
-                );
-            }
-        }
-
-        for (section, title, cpus) in [
-            (
-                "pingpong",
-                "Ping-pong between two CPUs (one-slot rings)",
-                pin,
-            ),
-            ("pingpong1", "Ping-pong with both threads on one CPU", one),
-        ] {
-            plan.section(
-                Section::per_op(section, title, "round trip")
-                    .baseline(format!("{section}-crossbeam")),
-            );
-            for (id, label) in peers() {
-                plan.variant(
-                    Variant::per_op(
-                        section,
-                        format!("{section}-{id}"),
-                        label,
-                        move |n| with_peer!(id, P => ping_pong::<P>(n, cpus)),
-                    )
-                    .threads(2),
-                );
-            }
-        }
-
-        plan.section(
-            Section::new("idle", "A consumer waiting for one message per millisecond")
-                .baseline("idle-crossbeam")
-                .metric(Metric::ratio("cpu", "consumer CPU time (% of one CPU)")),
-        );
-        plan.variant(Variant::fixed(
-            "idle",
-            "idle-bound",
-            "1 % of one CPU (the guarantee's bound)",
-            || Sample::new().with("cpu", 1.0),
-        ));
-        for (id, label) in peers().into_iter().filter(|(id, _)| blocks(id)) {
-            plan.variant(
-                Variant::fixed(
-                    "idle",
-                    format!("idle-{id}"),
-                    label,
-                    move || with_peer!(id, P => idle_consumer::<P>(20, pin)),
-                )
-                .threads(2),
-            );
-        }
-
-        plan.section(
-            Section::new("wake", "Wake a consumer asleep in pop / recv")
-                .baseline("wake-futex")
-                .metric(Metric::time(
-                    "latency",
-                    "push to consumer running, median of a run",
-                )),
-        );
-        plan.variant(
-            Variant::calibrated(
-                "wake",
-                "wake-futex",
-                "bare futex wait/wake (floor)",
-                move |n| {
-                    let mut l = wake_futex(n, pin, ticks_per_ns);
-                    Sample::new()
-                        .with("latency", median(&mut l))
-                        .pool("latency", l)
-                },
-            )
-            .threads(2)
-            .max_work(10_000),
-        );
-        for (id, label) in peers().into_iter().filter(|(id, _)| blocks(id)) {
-            plan.variant(
-                Variant::calibrated("wake", format!("wake-{id}"), label, move |n| {
-                    let mut l = with_peer!(id, P => wake::<P>(n, pin, ticks_per_ns));
-                    Sample::new()
-                        .with("latency", median(&mut l))
-                        .pool("latency", l)
-                })
-                .threads(2)
-                .max_work(10_000),
-            );
-        }
-
-        plan.section(
-            Section::per_op(
-                "many",
-                format!("MPMC: {threads} threads, half sending"),
-                "message",
-            )
-            .baseline("many-crossbeam"),
-        );
-        for (id, label) in [
-            ("mpmc", "Spindle mpmc channel (blocking)"),
-            ("crossbeam", "crossbeam-channel bounded (blocking)"),
-            ("arrayqueue", "crossbeam ArrayQueue (spins, yields)"),
-            ("flume", "flume bounded (blocking)"),
-            ("kanal", "kanal bounded (blocking)"),
-        ] {
-            plan.variant(
-                Variant::per_op("many", format!("many-{id}"), label, move |n| match id {
-                    "mpmc" => many::<SpindleMpmc>(n, threads),
-                    "crossbeam" => many::<CrossbeamChannel>(n, threads),
-                    "arrayqueue" => many::<CrossbeamArrayQueue>(n, threads),
-                    "flume" => many::<Flume>(n, threads),
-                    _ => many::<Kanal>(n, threads),
-                })
-                .threads(threads),
-            );
-        }
-
-        let g = Claim::guarantee;
-        plan.claim(
-            g(
-                "spsc-fast-path",
-                "Spindle's spsc push + pop costs at most 1.1 × rtrb's (one thread, nobody waiting)",
-            )
-            .ratio("onethread-spsc", "onethread-rtrb")
-            .at_most(1.1),
-        );
-        for (s, bytes) in [("stream8", 8), ("stream64", 64)] {
-            plan.claim(
-                Claim::guarantee(
-                    if bytes == 8 { "spsc-stream8-vs-rtrb" } else { "spsc-stream64-vs-rtrb" },
-                    format!("Spindle's spsc streams {bytes}-byte items between two CPUs at least as fast as rtrb"),
-                )
-                .ratio(format!("{s}-spsc"), format!("{s}-rtrb"))
-                .at_most(1.0),
-            );
-            plan.claim(
-                Claim::guarantee(
-                    if bytes == 8 { "spsc-stream8-vs-crossbeam" } else { "spsc-stream64-vs-crossbeam" },
-                    format!("Spindle's spsc streams {bytes}-byte items at least 2 × as fast as crossbeam-channel"),
-                )
-                .ratio(format!("{s}-spsc"), format!("{s}-crossbeam"))
-                .at_most(0.5),
-            );
-        }
-        plan.claim(
-            g(
-                "spsc-one-cpu",
-                "Spindle's spsc ping-pong on one CPU costs at most 2 × its two-CPU round trip",
-            )
-            .ratio("pingpong1-spsc", "pingpong-spsc")
-            .at_most(2.0),
-        );
-        plan.claim(
-            g("spsc-idle", "A consumer waiting on Spindle's spsc for one message per ms burns at most 1 % of a CPU")
-                .ratio("idle-spsc", "idle-bound")
-                .at_most(1.0),
-        );
-        plan.claim(
-            g(
-                "spsc-wake",
-                "Spindle's spsc wakes a sleeping consumer within 1.1 × the bare futex floor",
-            )
-            .ratio("wake-spsc", "wake-futex")
-            .at_most(1.1),
-        );
-        plan.claim(
-            Claim::guarantee("mpmc-vs-crossbeam", format!("Spindle's mpmc moves messages with {threads} threads at least as fast as crossbeam-channel"))
-                .ratio("many-mpmc", "many-crossbeam")
-                .at_most(1.0),
-        );
+        one_thread_section(&mut plan);
+        two_thread_sections(&mut plan, pin, Some(&one_cpu[..]));
+        idle_section(&mut plan, pin);
+        wake_section(&mut plan, pin, ctx.machine.tsc_ghz);
+        many_section(&mut plan, threads);
+        claims(&mut plan, threads);
         plan.note("Rings that never block (rtrb, ArrayQueue) are driven as their users drive them: retry with pause, and sched_yield every 64 tries; in the idle and wake sections they would burn a whole CPU by design, so they are left out there.");
         plan.note("std's sync_channel has one receiver, so it is left out of the MPMC section; so are the single-producer rings.");
         if pair_cpus.is_none() {

@@ -7,14 +7,17 @@
 //! were about 1674 s (scan), 124 s (bitset) and 49 s (sparse set). Here each (structure, size)
 //! cell is timed with a number of samples calibrated to the run time, and reported as the time
 //! the post's 100 000 samples would take.
+//!
+//! [`RIVALS`] declares the three structures once (id, label, column of the per-size table, the
+//! post's figures, how to build the variant); the section and the per-size table iterate it.
 
 use std::hint::black_box;
 
 use crate::kit::{calibrate, time, XorShift};
 use crate::references::SAMPLING;
 use crate::results::{ExperimentResult, Table};
-use crate::runner::Ctx;
-use crate::spec::{Claim, Experiment, Info, Metric, Plan, Sample, Section, Variant};
+use crate::runner::{Ctx, Experiment};
+use crate::spec::{Claim, Info, Metric, Plan, Sample, Section, Variant};
 
 pub struct Sampler;
 
@@ -166,11 +169,11 @@ fn bench<S: SampleSet>(set: &mut S, n: u32, k: u64, rng: &mut XorShift) {
 }
 
 /// A variant: every size, each with its own calibrated number of samples (sized on first use).
-fn variant<'a, S: SampleSet + 'a>(
+fn variant<S: SampleSet + 'static>(
     id: &'static str,
     label: &'static str,
     cell: std::time::Duration,
-) -> Variant<'a> {
+) -> Variant<'static> {
     let mut rng = XorShift::new(0x5eed);
     let mut ks: Vec<u64> = Vec::new();
     Variant::fixed("sample", id, label, move || {
@@ -201,6 +204,43 @@ fn variant<'a, S: SampleSet + 'a>(
     })
 }
 
+/// A structure: one entry of [`RIVALS`].
+struct Rival {
+    id: &'static str,
+    label: &'static str,
+    /// Its name in the per-size table.
+    column: &'static str,
+    /// The post's seconds for 100 000 samples of each size.
+    post: &'static [f64; 19],
+    /// Builds its variant, given the time per (structure, size) cell.
+    variant: fn(&'static str, &'static str, std::time::Duration) -> Variant<'static>,
+}
+
+/// The post's three structures, in its order (the first is the baseline).
+const RIVALS: [Rival; 3] = [
+    Rival {
+        id: "scan",
+        label: "S0: array, scanned for duplicates",
+        column: "scan",
+        post: &REFERENCE[0],
+        variant: variant::<Scan>,
+    },
+    Rival {
+        id: "bitset",
+        label: "S1: bitset of p flags",
+        column: "bitset",
+        post: &REFERENCE[1],
+        variant: variant::<Bits>,
+    },
+    Rival {
+        id: "sparse",
+        label: "S2: sparse set",
+        column: "sparse set",
+        post: &REFERENCE[2],
+        variant: variant::<Sparse>,
+    },
+];
+
 /// The per-size table: this machine beside the post, µs per sample.
 fn per_size_table(r: &mut ExperimentResult) {
     let Some(section) = r.section("sample") else {
@@ -219,28 +259,22 @@ fn per_size_table(r: &mut ExperimentResult) {
         .enumerate()
         .map(|(i, n)| {
             let mut row = vec![n.to_string()];
-            for (k, id) in ["scan", "bitset", "sparse"].iter().enumerate() {
-                row.push(crate::report::format::num(median(id, METRICS[i]) / 1e3));
-                row.push(crate::report::format::num(
-                    REFERENCE[k][i] / POST_SAMPLES * 1e6,
-                ));
+            for r in &RIVALS {
+                row.push(crate::report::format::num(median(r.id, METRICS[i]) / 1e3));
+                row.push(crate::report::format::num(r.post[i] / POST_SAMPLES * 1e6));
             }
             row
         })
         .collect();
     r.tables.push(Table {
         title: "µs per sample, by sample size: this machine (median) and the post".into(),
-        columns: [
-            "n",
-            "scan",
-            "scan (post)",
-            "bitset",
-            "bitset (post)",
-            "sparse set",
-            "sparse set (post)",
-        ]
-        .map(String::from)
-        .to_vec(),
+        columns: std::iter::once("n".to_string())
+            .chain(
+                RIVALS
+                    .iter()
+                    .flat_map(|r| [r.column.to_string(), format!("{} (post)", r.column)]),
+            )
+            .collect(),
         rows,
     });
 }
@@ -280,17 +314,10 @@ impl Experiment for Sampler {
                 section.metric(Metric::time(m, format!("per sample, size {}", &m[1..])).hidden());
         }
         plan.section(section);
-        let totals: Vec<f64> = REFERENCE.iter().map(|t| t.iter().sum()).collect();
-        plan.variant(
-            variant::<Scan>("scan", "S0: array, scanned for duplicates", cell).reference(1.0),
-        );
-        plan.variant(
-            variant::<Bits>("bitset", "S1: bitset of p flags", cell)
-                .reference(totals[1] / totals[0]),
-        );
-        plan.variant(
-            variant::<Sparse>("sparse", "S2: sparse set", cell).reference(totals[2] / totals[0]),
-        );
+        let totals: Vec<f64> = RIVALS.iter().map(|r| r.post.iter().sum()).collect();
+        for (r, total) in RIVALS.iter().zip(&totals) {
+            plan.variant((r.variant)(r.id, r.label, cell).reference(total / totals[0]));
+        }
         let repro = |id, statement: &str, figure: String| {
             Claim::reproduction(id, statement, SAMPLING, figure)
         };

@@ -11,6 +11,11 @@
 //!   time per run. Reader and writer operations per second, and the peak of unreclaimed
 //!   garbage (nodes allocated minus dropped minus the 64 linked, sampled by the writer every 64
 //!   replacements; the same drop counter for every scheme).
+//!
+//! [`RIVALS`] declares every floor and scheme once: its id and, for each section it takes part
+//! in, its label there and how to build it (a read loop over the [`ReadSide`], a [`Scheme`]
+//! for the workload). Both sections iterate it; a new peer is one entry, plus its read loop and
+//! its arms of [`Reclaimer`] (the adapter to its API).
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, Ordering::*};
@@ -22,10 +27,10 @@ use spindle_sync::percpu::PerCpuCounter;
 use spindle_sync::prepaid::PrepaidBarrier;
 use spindle_sync::smr::{epoch, hazard, Barrier};
 
-use crate::kit::{run_together, time, CachePadded, XorShift};
+use crate::kit::{run_together, time, CachePadded, Span, XorShift};
 use crate::references::PREEMPTION_BARRIERS;
-use crate::runner::Ctx;
-use crate::spec::{Claim, Experiment, Info, Metric, Plan, Sample, Section, Variant};
+use crate::runner::{Ctx, Experiment};
+use crate::spec::{Claim, Info, Metric, Plan, Sample, Section, Variant};
 
 pub struct Smr;
 
@@ -107,6 +112,7 @@ fn seize_loop(c: &seize::Collector, src: &AtomicPtr<u64>, n: u64) {
 
 const NODES: usize = 64;
 
+/// A reclamation scheme of the workload section: how [`workload`] builds its reclaimer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Scheme {
     EpochHeavy,
@@ -117,40 +123,10 @@ enum Scheme {
     Seize,
 }
 
-const SCHEMES: [Scheme; 6] = [
-    Scheme::EpochHeavy,
-    Scheme::EpochPrepaid,
-    Scheme::Hazard,
-    Scheme::Crossbeam,
-    Scheme::Haphazard,
-    Scheme::Seize,
-];
-
 impl Scheme {
-    fn short(self) -> &'static str {
-        match self {
-            Scheme::EpochHeavy => "epoch-heavy",
-            Scheme::EpochPrepaid => "epoch-prepaid",
-            Scheme::Hazard => "hazard",
-            Scheme::Crossbeam => "crossbeam",
-            Scheme::Haphazard => "haphazard",
-            Scheme::Seize => "seize",
-        }
-    }
-
-    fn label(self) -> &'static str {
-        match self {
-            Scheme::EpochHeavy => "Spindle epoch, advances pay fence::heavy()",
-            Scheme::EpochPrepaid => "Spindle epoch, advances wait for prepaid tickets",
-            Scheme::Hazard => "Spindle hazard pointers (fence::heavy() per reclaim)",
-            Scheme::Crossbeam => "crossbeam-epoch",
-            Scheme::Haphazard => "haphazard",
-            Scheme::Seize => "seize",
-        }
-    }
-
+    /// Its counters in [`ALIVE`].
     fn index(self) -> usize {
-        SCHEMES.iter().position(|&s| s == self).unwrap_or(0)
+        self as usize
     }
 }
 
@@ -172,8 +148,8 @@ impl Live {
     }
 }
 
-/// Live nodes per scheme, across runs: peers may free a run's garbage after it ended, so the
-/// counters must outlive every run.
+/// Live nodes per scheme (indexed by [`Scheme::index`]), across runs: peers may free a run's
+/// garbage after it ended, so the counters must outlive every run.
 static ALIVE: LazyLock<[Live; 6]> = LazyLock::new(|| {
     std::array::from_fn(|_| Live {
         made: PerCpuCounter::new(),
@@ -388,21 +364,26 @@ fn retire(r: &Reclaimer, w: &WriterHandle, old: *mut Node) {
     if old.is_null() {
         return;
     }
-    // SAFETY (every arm): `old` came from `Box::into_raw`, was just unlinked by a swap, and is
-    // retired exactly once.
+    // Every arm: `old` came from `Box::into_raw`, was just unlinked by a swap, and is retired
+    // exactly once.
     match (r, w) {
+        // SAFETY: as above; the epoch collector frees it once no pinned reader can see it.
         (Reclaimer::Epoch(_), WriterHandle::Epoch(h)) => unsafe { h.pin().defer_destroy(old) },
+        // SAFETY: as above; the domain frees it once no hazard pointer protects it.
         (Reclaimer::Hazard(d), _) => unsafe { d.retire(old) },
         (Reclaimer::Crossbeam(_), WriterHandle::Crossbeam(h)) => {
             let addr = old as usize;
+            // SAFETY: as above; the closure runs once, after every guard pinned before it.
             unsafe {
                 h.pin()
                     .defer_unchecked(move || drop(Box::from_raw(addr as *mut Node)))
             };
         }
+        // SAFETY: as above; the node was allocated as a `Box<Node>`.
         (Reclaimer::Haphazard, _) => unsafe {
             haphazard::Domain::global().retire_ptr::<Node, Box<Node>>(old);
         },
+        // SAFETY: as above; `seize_drop` frees a `Box<Node>` once.
         (Reclaimer::Seize(c), _) => unsafe { c.retire(old, seize_drop) },
         // A handle of the wrong kind cannot be built (`WriterHandle::new`); leak rather than
         // free unsafely.
@@ -440,6 +421,210 @@ fn drain(r: &Reclaimer) {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The rivals.
+
+/// What the read loops work on, made once per visit: the shared pointer and a slot, each on
+/// lines of their own, and the registrations of the schemes that have them.
+struct ReadSide {
+    src: CachePadded<AtomicPtr<u64>>,
+    slot: CachePadded<AtomicPtr<u64>>,
+    // Each handle before the collector it was registered with, which must outlive it (fields
+    // drop in this order).
+    ours_handle: epoch::LocalHandle,
+    _ours: epoch::Collector,
+    domain: hazard::Domain,
+    cb_handle: crossbeam_epoch::LocalHandle,
+    _cb: crossbeam_epoch::Collector,
+    sz: seize::Collector,
+}
+
+impl ReadSide {
+    /// `target`: what the shared pointer points to.
+    fn new(target: *mut u64) -> ReadSide {
+        let ours = epoch::Collector::new();
+        let ours_handle = ours.register();
+        let domain = hazard::Domain::new();
+        let cb = crossbeam_epoch::Collector::new();
+        let cb_handle = cb.register();
+        ReadSide {
+            src: CachePadded(AtomicPtr::new(target)),
+            slot: CachePadded(AtomicPtr::new(std::ptr::null_mut())),
+            ours_handle,
+            _ours: ours,
+            domain,
+            cb_handle,
+            _cb: cb,
+            sz: seize::Collector::new(),
+        }
+    }
+}
+
+/// A read section's run: `n` protect-and-release, timed.
+type ReadRun<'a> = Box<dyn FnMut(u64) -> Span + 'a>;
+
+/// Builds a rival's read run over the read side (a hazard pointer it owns is made here).
+type BuildRead = for<'a> fn(&'a ReadSide) -> ReadRun<'a>;
+
+/// A floor or a scheme: one entry of [`RIVALS`].
+struct Rival {
+    /// Variant ids are `<section>-<id>`.
+    id: &'static str,
+    /// The read section: label, and how to build its loop.
+    read: Option<(&'static str, BuildRead)>,
+    /// The workload section: label, and the scheme it runs.
+    workload: Option<(&'static str, Scheme)>,
+}
+
+impl Rival {
+    const fn new(id: &'static str) -> Rival {
+        Rival {
+            id,
+            read: None,
+            workload: None,
+        }
+    }
+
+    const fn read(mut self, label: &'static str, build: BuildRead) -> Rival {
+        self.read = Some((label, build));
+        self
+    }
+
+    const fn workload(mut self, label: &'static str, scheme: Scheme) -> Rival {
+        self.workload = Some((label, scheme));
+        self
+    }
+}
+
+/// Every floor and scheme, in the order of the report's rows. Adding a peer is an entry here,
+/// with its read loop above and its arms of [`Reclaimer`].
+const RIVALS: &[Rival] = &[
+    Rival::new("plain").read(
+        "plain load of the shared pointer + store to a slot (floor)",
+        |r| Box::new(move |n| time(|| plain_loop(&r.src, &r.slot, n))),
+    ),
+    Rival::new("epoch").read("Spindle epoch: handle.pin(), load, unpin", |r| {
+        Box::new(move |n| time(|| epoch_loop(&r.ours_handle, &r.src, n)))
+    }),
+    Rival::new("epoch-tls").read(
+        "Spindle epoch: epoch::pin() (thread-local handle), load, unpin",
+        |r| Box::new(move |n| time(|| epoch_tls_loop(&r.src, n))),
+    ),
+    Rival::new("epoch-heavy").workload(
+        "Spindle epoch, advances pay fence::heavy()",
+        Scheme::EpochHeavy,
+    ),
+    Rival::new("epoch-prepaid").workload(
+        "Spindle epoch, advances wait for prepaid tickets",
+        Scheme::EpochPrepaid,
+    ),
+    Rival::new("hazard")
+        .read("Spindle hazard: protect + reset", |r| {
+            let mut hp = hazard::HazardPointer::new_in(&r.domain);
+            Box::new(move |n| time(|| hazard_loop(&mut hp, &r.src, n)))
+        })
+        .workload(
+            "Spindle hazard pointers (fence::heavy() per reclaim)",
+            Scheme::Hazard,
+        ),
+    Rival::new("crossbeam")
+        .read("crossbeam-epoch: handle.pin(), load, drop", |r| {
+            Box::new(move |n| time(|| crossbeam_loop(&r.cb_handle, &r.src, n)))
+        })
+        .workload("crossbeam-epoch", Scheme::Crossbeam),
+    Rival::new("crossbeam-tls").read("crossbeam-epoch: crossbeam_epoch::pin(), load, drop", |r| {
+        Box::new(move |n| time(|| crossbeam_tls_loop(&r.src, n)))
+    }),
+    Rival::new("haphazard")
+        .read("haphazard: protect_ptr + reset_protection", |r| {
+            let mut hp = haphazard::HazardPointer::new();
+            Box::new(move |n| time(|| haphazard_loop(&mut hp, &r.src, n)))
+        })
+        .workload("haphazard", Scheme::Haphazard),
+    Rival::new("seize")
+        .read("seize: enter(), protect, drop", |r| {
+            Box::new(move |n| time(|| seize_loop(&r.sz, &r.src, n)))
+        })
+        .workload("seize", Scheme::Seize),
+];
+
+/// The read-side cost: every rival with a read loop.
+fn read_section<'a>(plan: &mut Plan<'a>, side: &'a ReadSide) {
+    plan.section(
+        Section::per_op(
+            "read",
+            "Protect a pointer and let it go, one thread",
+            "protect + release",
+        )
+        .baseline("read-plain"),
+    );
+    for r in RIVALS {
+        if let Some((label, build)) = r.read {
+            plan.variant(Variant::per_op(
+                "read",
+                format!("read-{}", r.id),
+                label,
+                build(side),
+            ));
+        }
+    }
+}
+
+/// The read-mostly workload: every scheme, `readers` readers and one writer for `run_for`.
+fn workload_section(plan: &mut Plan<'_>, readers: usize, run_for: Duration) {
+    plan.section(
+        Section::new(
+            "workload",
+            format!("Read-mostly workload: {readers} readers + 1 writer"),
+        )
+        .baseline("workload-crossbeam")
+        .metric(Metric::rate("reads", "reader operations, all readers"))
+        .metric(Metric::rate("writes", "writer replacements"))
+        .metric(Metric::count("garbage", "peak unreclaimed nodes").show_max()),
+    );
+    for r in RIVALS {
+        if let Some((label, scheme)) = r.workload {
+            plan.variant(
+                Variant::fixed("workload", format!("workload-{}", r.id), label, move || {
+                    workload(scheme, readers, run_for)
+                })
+                .threads(readers + 1),
+            );
+        }
+    }
+}
+
+/// Spindle's read-side guarantees, and what the figures depend on.
+fn claims(plan: &mut Plan<'_>) {
+    plan.claim(
+        Claim::guarantee(
+            "epoch-read-side",
+            "Spindle's epoch pin + load + unpin costs at most 1.5 × a plain load + store pair",
+        )
+        .ratio("read-epoch", "read-plain")
+        .at_most(1.5),
+    );
+    plan.claim(
+        Claim::guarantee(
+            "hazard-read-side",
+            "Spindle's hazard protect + reset costs at most 1.5 × a plain load + store pair",
+        )
+        .ratio("read-hazard", "read-plain")
+        .at_most(1.5),
+    );
+    plan.claim(
+        Claim::guarantee(
+            "epoch-vs-crossbeam",
+            "Spindle's epoch pin is at least 5 × cheaper than crossbeam-epoch's (ratio ≤ 0.2)",
+        )
+        .ratio("read-epoch", "read-crossbeam")
+        .at_most(0.2),
+    );
+    plan.note("haphazard's protect issues a SeqCst fence (mfence) on every call; crossbeam-epoch's pin a SeqCst fence or locked instruction; Spindle's readers only a compiler fence, the reclaimer paying with membarrier or prepaid barriers.");
+    plan.note("Epoch schemes cannot free anything retired after the epoch of a reader preempted while pinned, so on an oversubscribed machine their garbage follows the scheduler's time slices; hazard pointers bound it by the number of slots.");
+    plan.note("The 'epoch-prepaid' workload waits for its tickets without blocking and issues fence::heavy() once a ticket is 10 ms old.");
+}
+
 impl Experiment for Smr {
     fn info(&self) -> Info {
         Info {
@@ -459,22 +644,8 @@ impl Experiment for Smr {
         // A workload run also starts its threads and drains garbage: a shorter run keeps the
         // trial's total in line with the per-op variants'.
         let run_for = ctx.run_target(28);
-        // Read-side state, each on its own lines.
         let target = Box::into_raw(Box::new(42u64));
-        let (src, slot) = (
-            CachePadded(AtomicPtr::new(target)),
-            CachePadded(AtomicPtr::new(std::ptr::null_mut())),
-        );
-        let ours = epoch::Collector::new();
-        let ours_handle = ours.register();
-        let domain = hazard::Domain::new();
-        let mut ours_hp = hazard::HazardPointer::new_in(&domain);
-        let cb = crossbeam_epoch::Collector::new();
-        let cb_handle = cb.register();
-        let mut hh_hp = haphazard::HazardPointer::new();
-        let sz = seize::Collector::new();
-        let (src, slot, ours_handle, cb_handle, sz) =
-            (&*src, &*slot, &ours_handle, &cb_handle, &sz);
+        let side = ReadSide::new(target);
 
         let mut plan = Plan::new();
         plan.param(
@@ -490,113 +661,9 @@ impl Experiment for Smr {
             "prepaid barrier source",
             PrepaidBarrier::global().source().name(),
         );
-
-        plan.section(
-            Section::per_op(
-                "read",
-                "Protect a pointer and let it go, one thread",
-                "protect + release",
-            )
-            .baseline("read-plain"),
-        );
-        plan.variant(Variant::per_op(
-            "read",
-            "read-plain",
-            "plain load of the shared pointer + store to a slot (floor)",
-            move |n| time(|| plain_loop(src, slot, n)),
-        ));
-        plan.variant(Variant::per_op(
-            "read",
-            "read-epoch",
-            "Spindle epoch: handle.pin(), load, unpin",
-            move |n| time(|| epoch_loop(ours_handle, src, n)),
-        ));
-        plan.variant(Variant::per_op(
-            "read",
-            "read-epoch-tls",
-            "Spindle epoch: epoch::pin() (thread-local handle), load, unpin",
-            move |n| time(|| epoch_tls_loop(src, n)),
-        ));
-        plan.variant(Variant::per_op(
-            "read",
-            "read-hazard",
-            "Spindle hazard: protect + reset",
-            move |n| time(|| hazard_loop(&mut ours_hp, src, n)),
-        ));
-        plan.variant(Variant::per_op(
-            "read",
-            "read-crossbeam",
-            "crossbeam-epoch: handle.pin(), load, drop",
-            move |n| time(|| crossbeam_loop(cb_handle, src, n)),
-        ));
-        plan.variant(Variant::per_op(
-            "read",
-            "read-crossbeam-tls",
-            "crossbeam-epoch: crossbeam_epoch::pin(), load, drop",
-            move |n| time(|| crossbeam_tls_loop(src, n)),
-        ));
-        plan.variant(Variant::per_op(
-            "read",
-            "read-haphazard",
-            "haphazard: protect_ptr + reset_protection",
-            move |n| time(|| haphazard_loop(&mut hh_hp, src, n)),
-        ));
-        plan.variant(Variant::per_op(
-            "read",
-            "read-seize",
-            "seize: enter(), protect, drop",
-            move |n| time(|| seize_loop(sz, src, n)),
-        ));
-
-        plan.section(
-            Section::new(
-                "workload",
-                format!("Read-mostly workload: {readers} readers + 1 writer"),
-            )
-            .baseline("workload-crossbeam")
-            .metric(Metric::rate("reads", "reader operations, all readers"))
-            .metric(Metric::rate("writes", "writer replacements"))
-            .metric(Metric::count("garbage", "peak unreclaimed nodes").show_max()),
-        );
-        for scheme in SCHEMES {
-            plan.variant(
-                Variant::fixed(
-                    "workload",
-                    format!("workload-{}", scheme.short()),
-                    scheme.label(),
-                    move || workload(scheme, readers, run_for),
-                )
-                .threads(readers + 1),
-            );
-        }
-
-        plan.claim(
-            Claim::guarantee(
-                "epoch-read-side",
-                "Spindle's epoch pin + load + unpin costs at most 1.5 × a plain load + store pair",
-            )
-            .ratio("read-epoch", "read-plain")
-            .at_most(1.5),
-        );
-        plan.claim(
-            Claim::guarantee(
-                "hazard-read-side",
-                "Spindle's hazard protect + reset costs at most 1.5 × a plain load + store pair",
-            )
-            .ratio("read-hazard", "read-plain")
-            .at_most(1.5),
-        );
-        plan.claim(
-            Claim::guarantee(
-                "epoch-vs-crossbeam",
-                "Spindle's epoch pin is at least 5 × cheaper than crossbeam-epoch's (ratio ≤ 0.2)",
-            )
-            .ratio("read-epoch", "read-crossbeam")
-            .at_most(0.2),
-        );
-        plan.note("haphazard's protect issues a SeqCst fence (mfence) on every call; crossbeam-epoch's pin a SeqCst fence or locked instruction; Spindle's readers only a compiler fence, the reclaimer paying with membarrier or prepaid barriers.");
-        plan.note("Epoch schemes cannot free anything retired after the epoch of a reader preempted while pinned, so on an oversubscribed machine their garbage follows the scheduler's time slices; hazard pointers bound it by the number of slots.");
-        plan.note("The 'epoch-prepaid' workload waits for its tickets without blocking and issues fence::heavy() once a ticket is 10 ms old.");
+        read_section(&mut plan, &side);
+        workload_section(&mut plan, readers, run_for);
+        claims(&mut plan);
         let result = ctx.measure(plan);
         // SAFETY: `target` came from Box::into_raw above and nothing uses it after the trials.
         drop(unsafe { Box::from_raw(target) });

@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering::*};
 use crate::kit::{time, Span};
 use crate::references::SPAWN;
 use crate::results::Profile;
-use crate::runner::Ctx;
-use crate::spec::{Claim, Experiment, Info, Plan, Section, Variant};
+use crate::runner::{Ctx, Experiment};
+use crate::spec::{Claim, Info, Plan, Section, Variant};
 use crate::sys::pin_current_thread;
 
 pub struct Spawn;

@@ -73,6 +73,17 @@ pub fn duration_ns(v: f64) -> String {
     Scale::for_values(Unit::Nanoseconds, [v]).with_unit(v)
 }
 
+/// A bound or a setting as people write it: [`num`] without trailing zeros ("2", "1.25",
+/// "0.833").
+pub fn plain(v: f64) -> String {
+    let s = num(v);
+    if s.contains('.') && !s.contains('e') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
 /// Three significant figures, digit groups of three above 10 000, "–" for non-finite values.
 pub fn num(v: f64) -> String {
     if !v.is_finite() {
@@ -130,6 +141,15 @@ fn group(digits: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plain_numbers_drop_trailing_zeros() {
+        assert_eq!(plain(2.0), "2");
+        assert_eq!(plain(1.25), "1.25");
+        assert_eq!(plain(1.0 / 1.2), "0.833");
+        assert_eq!(plain(0.5), "0.5");
+        assert_eq!(plain(1500.0), "1500");
+    }
 
     #[test]
     fn numbers_keep_three_significant_figures() {

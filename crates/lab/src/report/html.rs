@@ -4,8 +4,10 @@
 use std::fmt::Write;
 
 use super::format::num;
-use super::{section_grid, svg, Grid};
-use crate::results::{ClaimKind, ClaimResult, ExperimentResult, LabReport, RunState, Verdict};
+use super::{section_grid, sections_run_grid, svg, visits_grid, Grid};
+use crate::results::{
+    ClaimKind, ClaimResult, ExperimentResult, LabReport, RunState, Verdict, VERDICT_RULE,
+};
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -60,10 +62,11 @@ const HOW_TO_READ: &str = "<div class=\"howto\"><h2 style=\"margin-top:0.6em;bor
 behaves like the document's.</li>\
 <li>Variants of one experiment run <b>interleaved</b>: each trial runs every variant once, in a fresh random order, so \
 drifts of the machine hit all of them alike.</li>\
-<li>A claim compares two variants <i>within</i> each trial (\"ratio ≤ 1.25 in this trial?\"). A sequential test (Robbins' \
-confidence sequence method) decides whether the relation held in more than 60% of trials (holds: the median ratio \
-satisfies it) or in fewer than 40% (violated); a verdict is wrong with probability at most ε. Undecided means the \
-budget ran out, the ratio sits on the bound, or a run hit its time cap; nothing undecided is rounded to a pass.</li>\
+<li>A claim compares two variants <i>within</i> each trial (\"ours / floor\" in this trial). VERDICT_RULE \
+Undecided means the time ran out, the median sits within the margin of its bound, or a run hit its time cap; \
+nothing undecided is rounded to a pass.</li>\
+<li>Sections run only while they have work: a section whose claims are decided stops, and the time it leaves goes to \
+the claims still open (\"How the time was spent\").</li>\
 <li>Tables give each metric's <b>median</b> over trials in <b>one unit per column</b>; the interval is the median's \
 confidence interval at the same ε. Charts show <b>every trial</b> as a dot, the median as a bar and its interval as a \
 line. A ▷ or \"≥\" marks a run that hit its time cap (a lower bound).</li>\
@@ -106,9 +109,21 @@ pub fn render(report: &LabReport) -> String {
             esc(&b.machine)
         );
     }
-    h.push_str(HOW_TO_READ);
+    if let Some(load) = report.load_sentence() {
+        let _ = writeln!(h, "<p class=\"note\">Load: {}.</p>", esc(&load));
+    }
+    h.push_str(&HOW_TO_READ.replace("VERDICT_RULE", &esc(VERDICT_RULE)));
     machine(&mut h, report);
     claims_overview(&mut h, report);
+    let visits = visits_grid(report);
+    if !visits.rows.is_empty() {
+        let _ = writeln!(
+            h,
+            "<h2>How the time was spent</h2><p class=\"small muted\">The planner had {:.0} s. A first pass gave every experiment a minimum share; the time left went to the experiments whose open claims it was most likely to decide.</p>",
+            report.budget_s
+        );
+        grid(&mut h, &visits);
+    }
     for e in &report.experiments {
         experiment(&mut h, e);
     }
@@ -283,18 +298,17 @@ fn experiment(h: &mut String, e: &ExperimentResult) {
         let _ = writeln!(h, "<h3>{}</h3>", esc(&t.title));
         grid(h, &Grid::from(t));
     }
+    if e.sections.iter().any(|s| !s.stop_reason.is_empty()) {
+        h.push_str("<details><summary>Trials per section</summary>");
+        grid(h, &sections_run_grid(e));
+        h.push_str("</details>\n");
+    }
     if !e.claims.is_empty() {
         h.push_str("<h3>Claims</h3><div class=\"wide\"><table class=\"claims\"><tr><th>claim</th><th>verdict</th><th>evidence</th></tr>\n");
         for c in &e.claims {
-            let ci = match (c.ratio.median_lo, c.ratio.median_hi) {
-                (Some(lo), Some(hi)) => {
-                    format!("; the median ratio lies in [{}, {}]", num(lo), num(hi))
-                }
-                _ => String::new(),
-            };
             let _ = writeln!(
                 h,
-                "<tr><td>{}<br><span class=\"small muted\">{} · {}.{} / {}.{} {} {}{}</span></td><td>{}</td><td class=\"small ev\">{}. P(relation holds in a trial) ∈ [{:.3}, {:.3}]{ci}.</td></tr>",
+                "<tr><td>{}<br><span class=\"small muted\">{} · {}.{} / {}.{} {} {}{}</span></td><td>{}</td><td class=\"small ev\">{}. The ratio satisfied the bound in {} of {} trials.</td></tr>",
                 esc(&c.statement),
                 match c.kind {
                     ClaimKind::Guarantee => "guarantee",
@@ -305,15 +319,15 @@ fn experiment(h: &mut String, e: &ExperimentResult) {
                 esc(&c.denominator.variant),
                 esc(&c.denominator.metric),
                 c.symbol(),
-                c.bound,
+                num(c.bound),
                 c.reference
                     .as_ref()
                     .map(|r| format!("<br>{}", esc(r)))
                     .unwrap_or_default(),
                 badge(c),
                 esc(&c.explanation),
-                c.success_interval[0],
-                c.success_interval[1],
+                c.successes,
+                c.trials,
             );
         }
         h.push_str("</table></div>\n");

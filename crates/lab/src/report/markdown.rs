@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use super::format::num;
 use super::{section_grid, Grid};
-use crate::results::{ClaimKind, LabReport};
+use crate::results::{ClaimKind, LabReport, VERDICT_RULE};
 
 fn cell(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
@@ -76,15 +76,20 @@ pub fn render(reports: &[(String, LabReport)]) -> String {
     for (path, r) in reports {
         let _ = writeln!(
             out,
-            "- `{path}`: {} · {} profile · {} · commit `{}` · {:.0} s of lab time",
+            "- `{path}`: {} · {} profile · {} · commit `{}` · {:.0} s of lab time{}",
             machine_label(r),
             r.profile.as_str(),
             r.started_utc,
             r.commit,
-            r.lab_seconds
+            r.lab_seconds,
+            if r.schema < 3 {
+                " · verdicts by the older rule (a sign test in the band 40%–60%, no confirmation)"
+            } else {
+                ""
+            }
         );
     }
-    out.push('\n');
+    let _ = writeln!(out, "\nHow a verdict is reached: {VERDICT_RULE}\n");
 
     // What every machine agrees on: the only statements the README repeats.
     if reports.len() > 1 {

@@ -6,6 +6,7 @@ pub mod baseline;
 pub mod format;
 pub mod html;
 pub mod markdown;
+pub mod stability;
 mod svg;
 pub mod terminal;
 
@@ -263,5 +264,79 @@ pub fn section_grid(s: &crate::results::SectionResult, with_ci: bool) -> Grid {
             .baseline
             .as_ref()
             .and_then(|b| s.variants.iter().position(|v| &v.id == b)),
+    }
+}
+
+/// How the planner spent the run's time: one row per visit of an experiment.
+pub fn visits_grid(report: &LabReport) -> Grid {
+    let mut rows = Vec::new();
+    for e in &report.experiments {
+        for v in &e.visits {
+            rows.push(vec![
+                e.name.clone(),
+                v.phase.clone(),
+                format!("{:.1} s", v.slice_s),
+                format!("{:.1} s", v.used_s),
+                v.trials.to_string(),
+                v.decided.to_string(),
+                v.stop_reason.clone(),
+            ]);
+        }
+    }
+    Grid {
+        headers: [
+            "experiment",
+            "visit",
+            "given",
+            "used",
+            "trials",
+            "claims decided",
+            "why it stopped",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows,
+        baseline_row: None,
+    }
+}
+
+/// How long each section of an experiment ran, and why it stopped.
+pub fn sections_run_grid(e: &crate::results::ExperimentResult) -> Grid {
+    let rows = e
+        .sections
+        .iter()
+        .map(|s| {
+            let load = s.load.map_or("—".to_string(), |l| {
+                let worst = l.max_others_cpus + l.max_steal_cpus;
+                if l.loaded_windows > 0 {
+                    format!(
+                        "{} of {} windows loaded (up to {worst:.2} CPUs)",
+                        l.loaded_windows, l.windows
+                    )
+                } else {
+                    format!("quiet ({} windows, at most {worst:.2} CPUs)", l.windows)
+                }
+            });
+            vec![
+                s.id.clone(),
+                s.trials.to_string(),
+                s.discarded_trials.to_string(),
+                load,
+                s.stop_reason.clone(),
+            ]
+        })
+        .collect();
+    Grid {
+        headers: [
+            "section",
+            "trials kept",
+            "discarded",
+            "other processes' load",
+            "why it stopped",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows,
+        baseline_row: None,
     }
 }

@@ -4,8 +4,13 @@
 use std::fmt::Write;
 
 use super::format::num;
-use super::{section_grid, Grid};
-use crate::results::{ClaimKind, ClaimResult, ExperimentResult, LabReport, RunState, Verdict};
+use super::{section_grid, visits_grid, Grid};
+use crate::results::{
+    ClaimKind, ClaimResult, ExperimentResult, LabReport, RunState, Verdict, VERDICT_RULE,
+};
+
+/// No line of the summary is wider than this.
+pub const WIDTH: usize = 120;
 
 fn mark(c: &ClaimResult) -> &'static str {
     match (c.kind, c.verdict) {
@@ -16,7 +21,7 @@ fn mark(c: &ClaimResult) -> &'static str {
     }
 }
 
-/// "✔ holds     [guarantee] statement — evidence".
+/// `✔ holds     [guarantee] statement — evidence`.
 pub fn claim_line(c: &ClaimResult) -> String {
     format!(
         "{} {:<9} [{}] {} — {}",
@@ -54,33 +59,95 @@ pub fn experiment_line(e: &ExperimentResult) -> String {
     )
 }
 
+fn width(s: &str) -> usize {
+    s.chars().count()
+}
+
+/// `s` cut to `w` characters, with an ellipsis when cut.
+fn cut(s: &str, w: usize) -> String {
+    if width(s) <= w {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(w.saturating_sub(1)).collect();
+        t.push('…');
+        t
+    }
+}
+
+/// Words of `text` in lines of at most `w` characters (a word longer than that gets a line of
+/// its own), the first prefixed with `first`, the others with `rest`.
+pub fn wrap(text: &str, w: usize, first: &str, rest: &str) -> String {
+    let mut out = String::new();
+    let mut line = first.to_string();
+    let mut empty = true;
+    for word in text.split_whitespace() {
+        if !empty && width(&line) + 1 + width(word) > w {
+            out.push_str(line.trim_end());
+            out.push('\n');
+            line = rest.to_string();
+            empty = true;
+        }
+        if !empty {
+            line.push(' ');
+        }
+        line.push_str(word);
+        empty = false;
+    }
+    out.push_str(line.trim_end());
+    out.push('\n');
+    out
+}
+
+/// A grid in at most [`WIDTH`] columns: the label column is shortened first (to 28
+/// characters at least), then the value columns are split into blocks, each repeating the
+/// labels.
 fn grid(out: &mut String, g: &Grid, indent: &str) {
-    let widths: Vec<usize> = (0..g.headers.len())
+    let cols = g.headers.len();
+    let widths: Vec<usize> = (0..cols)
         .map(|i| {
             g.rows
                 .iter()
                 .filter_map(|r| r.get(i))
                 .chain(std::iter::once(&g.headers[i]))
-                .map(|c| c.chars().count())
+                .map(|c| width(c))
                 .max()
                 .unwrap_or(0)
         })
         .collect();
-    for row in std::iter::once(&g.headers).chain(&g.rows) {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .enumerate()
-            .map(|(i, (c, w))| {
-                let pad = w.saturating_sub(c.chars().count());
-                if i == 0 {
-                    format!("{c}{}", " ".repeat(pad))
-                } else {
-                    format!("{}{c}", " ".repeat(pad))
-                }
-            })
-            .collect();
-        let _ = writeln!(out, "{indent}{}", cells.join("  ").trim_end());
+    let room = WIDTH - width(indent);
+    let values: usize = widths.iter().skip(1).map(|w| w + 2).sum();
+    let label = widths[0].min(room.saturating_sub(values).max(28));
+    // Value columns per block, in order, so that each block fits.
+    let mut blocks: Vec<Vec<usize>> = vec![Vec::new()];
+    let mut used = label;
+    for (i, w) in widths.iter().enumerate().skip(1) {
+        let last = blocks.last_mut().expect("one block");
+        if !last.is_empty() && used + 2 + w > room {
+            blocks.push(vec![i]);
+            used = label + 2 + w;
+        } else {
+            last.push(i);
+            used += 2 + w;
+        }
+    }
+    for (b, block) in blocks.iter().enumerate() {
+        if b > 0 {
+            out.push('\n');
+        }
+        for row in std::iter::once(&g.headers).chain(&g.rows) {
+            let mut line = String::new();
+            let first = cut(row.first().map_or("", String::as_str), label);
+            line.push_str(&format!("{first}{}", " ".repeat(label - width(&first))));
+            for &i in block {
+                let c = row.get(i).map_or("", String::as_str);
+                let c = cut(c, room);
+                line.push_str(&format!(
+                    "  {}{c}",
+                    " ".repeat(widths[i].saturating_sub(width(&c)))
+                ));
+            }
+            let _ = writeln!(out, "{indent}{}", line.trim_end());
+        }
     }
 }
 
@@ -90,41 +157,76 @@ pub fn render(report: &LabReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "Spindle lab · {} profile · ε = {} per claim · commit {} · {:.0} s\nmachine: {}",
+        "Spindle lab · {} profile · ε = {} per claim · commit {} · {:.0} s of at most {:.0} s",
         report.profile.as_str(),
         report.eps,
         report.commit,
         report.lab_seconds,
-        report.machine.one_line()
+        report.budget_s
     );
+    out.push_str(&wrap(
+        &format!("machine: {}", report.machine.one_line()),
+        WIDTH,
+        "",
+        "  ",
+    ));
     for a in &report.machine.anomalies {
-        let _ = writeln!(out, "  anomaly: {a}");
+        out.push_str(&wrap(a, WIDTH, "  anomaly: ", "    "));
     }
+    if let Some(load) = report.load_sentence() {
+        out.push_str(&wrap(&load, WIDTH, "  load: ", "    "));
+    }
+    out.push_str(&wrap(
+        VERDICT_RULE,
+        WIDTH,
+        "how verdicts are reached: ",
+        "  ",
+    ));
     for e in &report.experiments {
-        let _ = writeln!(
-            out,
-            "\n{} — {} · {} trials in {:.1} s ({}){}",
-            e.name,
-            e.title,
-            e.trials,
-            e.wall_s,
-            e.stop_reason,
-            if e.complete { "" } else { " · INCOMPLETE" }
-        );
+        let _ = writeln!(out);
+        out.push_str(&wrap(
+            &format!(
+                "{} — {} · {} trials in {:.1} s ({}){}",
+                e.name,
+                e.title,
+                e.trials,
+                e.wall_s,
+                e.stop_reason,
+                if e.complete { "" } else { " · INCOMPLETE" }
+            ),
+            WIDTH,
+            "",
+            "  ",
+        ));
         for s in &e.sections {
-            let _ = writeln!(out, "  {}", s.title);
+            out.push_str(&wrap(&s.title, WIDTH, "  ", "    "));
             grid(&mut out, &section_grid(s, true), "    ");
         }
         for t in &e.tables {
-            let _ = writeln!(out, "  {}", t.title);
+            out.push_str(&wrap(&t.title, WIDTH, "  ", "    "));
             grid(&mut out, &Grid::from(t), "    ");
         }
         for c in &e.claims {
-            let _ = writeln!(out, "  {}", claim_line(c));
+            out.push_str(&wrap(&claim_line(c), WIDTH, "  ", "      "));
         }
     }
     for f in &report.failures {
-        let _ = writeln!(out, "\n{}: FAILED — {}", f.name, f.error);
+        let _ = writeln!(out);
+        out.push_str(&wrap(
+            &format!("{}: FAILED — {}", f.name, f.error),
+            WIDTH,
+            "",
+            "  ",
+        ));
+    }
+    let visits = visits_grid(report);
+    if !visits.rows.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nhow the time was spent ({:.0} s planned: a first pass, then the open claims):",
+            report.budget_s
+        );
+        grid(&mut out, &visits, "  ");
     }
     let _ = writeln!(out);
     for (kind, title, words) in [
@@ -155,14 +257,18 @@ pub fn render(report: &LabReport) -> String {
             words[2]
         );
         for (e, c) in claims.iter().filter(|(_, c)| c.verdict != Verdict::Holds) {
-            let _ = writeln!(
-                out,
-                "  {} {e}/{}: {} (median ratio {})",
-                c.verdict.word(c.kind),
-                c.id,
-                c.statement,
-                num(c.ratio.median)
-            );
+            out.push_str(&wrap(
+                &format!(
+                    "{} {e}/{}: {} (median ratio {})",
+                    c.verdict.word(c.kind),
+                    c.id,
+                    c.statement,
+                    num(c.ratio.median)
+                ),
+                WIDTH,
+                "  ",
+                "      ",
+            ));
         }
     }
     match report.state {

@@ -1,0 +1,539 @@
+use super::*;
+use crate::load::Reading;
+use crate::results::Verdict;
+use crate::spec::{Claim, Metric, Sample, Section, Variant};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+struct Collect {
+    snapshots: usize,
+}
+impl Progress for Collect {}
+impl Session for Collect {
+    fn progress(&self) -> &dyn Progress {
+        self
+    }
+    fn snapshot(&mut self, _: &ExperimentResult) {
+        self.snapshots += 1;
+    }
+}
+
+/// A load source that reports a competing CPU whenever `busy` is set: every reading adds
+/// either only our own ticks, or one more CPU's worth.
+struct Scripted {
+    busy: Arc<AtomicBool>,
+    start: Instant,
+    others: u64,
+}
+
+impl LoadSource for Scripted {
+    fn read(&mut self) -> Option<Reading> {
+        let at = Instant::now();
+        let ticks = (at - self.start).as_millis() as u64 / 10;
+        if self.busy.load(Ordering::Relaxed) {
+            // Another process ran the whole time since the last reading.
+            self.others = ticks;
+        }
+        Some(Reading {
+            at,
+            busy: ticks + self.others,
+            steal: 0,
+            own: ticks,
+            runnable: 1,
+        })
+    }
+    fn ticks_per_second(&self) -> f64 {
+        100.0
+    }
+}
+
+fn info() -> Info {
+    Info {
+        name: "synthetic",
+        title: "t",
+        summary: "s",
+        question: "q",
+        references: &[],
+        quick_seconds: 60,
+    }
+}
+
+fn machine() -> Machine {
+    Machine::detect()
+}
+
+/// Runs a plan of two sections of fixed variants: "s" with `a` and `b` (values from the trial
+/// index), and "t" with a claimless pair; `claims` are about a and b. Returns the result and
+/// the saved state.
+fn run(
+    machine: &Machine,
+    load: &mut dyn LoadSource,
+    visit: VisitPlan,
+    a: impl Fn(u64) -> Sample,
+    b: impl Fn(u64) -> Sample,
+    claims: Vec<Claim>,
+) -> (ExperimentResult, Saved) {
+    let mut session = Collect { snapshots: 0 };
+    let mut ctx = Ctx::new(
+        machine,
+        Profile::Quick,
+        1e-3,
+        info(),
+        1,
+        &mut session,
+        load,
+        visit,
+    );
+    let (ta, tb) = (Cell::new(0u64), Cell::new(0u64));
+    let mut plan = Plan::new();
+    plan.section(
+        Section::new("s", "s")
+            .baseline("b")
+            .metric(Metric::time("v", "value")),
+    );
+    plan.section(Section::new("t", "t").metric(Metric::time("v", "value")));
+    // Runs of a millisecond: windows of trials close after 100 ms at the earliest.
+    let ms = || std::thread::sleep(Duration::from_millis(1));
+    plan.variant(Variant::fixed("s", "a", "a", || {
+        ms();
+        ta.set(ta.get() + 1);
+        a(ta.get())
+    }));
+    plan.variant(Variant::fixed("s", "b", "b", || {
+        ms();
+        tb.set(tb.get() + 1);
+        b(tb.get())
+    }));
+    plan.variant(Variant::fixed("t", "c", "c", || {
+        ms();
+        v(1.0)
+    }));
+    for c in claims {
+        plan.claim(c);
+    }
+    ctx.measure(plan).unwrap();
+    let result = ctx.result.take().unwrap();
+    let saved = ctx.saved.take().unwrap();
+    assert!(session.snapshots >= 1);
+    (result, saved)
+}
+
+fn quiet() -> Scripted {
+    Scripted {
+        busy: Arc::new(AtomicBool::new(false)),
+        start: Instant::now(),
+        others: 0,
+    }
+}
+
+fn first(secs: u64) -> VisitPlan {
+    VisitPlan {
+        slice: Duration::from_secs(secs),
+        phase: "first pass",
+        resume: None,
+    }
+}
+
+fn later(secs: u64, saved: Saved) -> VisitPlan {
+    VisitPlan {
+        slice: Duration::from_secs(secs),
+        phase: "open claims",
+        resume: Some(saved),
+    }
+}
+
+fn v(x: f64) -> Sample {
+    Sample::new().with("v", x)
+}
+
+fn ge2() -> Claim {
+    Claim::guarantee("ge", "a ≥ 2 b")
+        .ratio("a", "b")
+        .at_least(2.0)
+}
+
+/// A ratio of exactly 3 in every trial: "≥ 2" holds and "≤ 2" is violated — provisionally in
+/// the first visit, for good once a second visit's batch agrees. The figures are the deciding
+/// trial's, and the claimless section stops at the profile's minimum.
+#[test]
+fn claims_are_decided_confirmed_and_sections_stop() {
+    let m = machine();
+    let claims = || {
+        vec![
+            ge2(),
+            Claim::guarantee("le", "a ≤ 2 b")
+                .ratio("a", "b")
+                .at_most(2.0),
+        ]
+    };
+    let (r, saved) = run(
+        &m,
+        &mut quiet(),
+        first(60),
+        |_| v(3.0),
+        |_| v(1.0),
+        claims(),
+    );
+    // Not yet confirmed: undecided, and open for the planner.
+    assert_eq!(r.claims[0].verdict, Verdict::Undecided);
+    assert!(
+        r.claims[0].explanation.contains("no later visit confirmed"),
+        "{}",
+        r.claims[0].explanation
+    );
+    assert_eq!(saved.open_claims(), 2);
+    assert!(
+        r.stop_reason.contains("every section finished"),
+        "{}",
+        r.stop_reason
+    );
+    let (s, t) = (&r.sections[0], &r.sections[1]);
+    // Trials are kept a window (at least 100 ms) at a time, so a section runs a little past
+    // the trial that decides it, and past its minimum of trials.
+    assert!((15..100).contains(&s.trials), "{}", s.trials);
+    assert!((10..100).contains(&t.trials), "{}", t.trials);
+    assert!(t.stop_reason.contains("no claims"), "{}", t.stop_reason);
+    assert!(s.stop_reason.contains("confirms"), "{}", s.stop_reason);
+    let a = &s.variants[0];
+    assert_eq!(a.metric("v").unwrap().values.len() as u64, s.trials);
+    assert_eq!(
+        a.metric("v").unwrap().ratio_to_baseline.unwrap().median,
+        3.0
+    );
+
+    let (r, saved) = run(
+        &m,
+        &mut quiet(),
+        later(60, saved),
+        |_| v(3.0),
+        |_| v(1.0),
+        claims(),
+    );
+    assert_eq!(
+        r.claims[0].verdict,
+        Verdict::Holds,
+        "{}",
+        r.claims[0].explanation
+    );
+    assert_eq!(r.claims[1].verdict, Verdict::Violated);
+    assert_eq!(saved.open_claims(), 0);
+    // Robbins' sequence needs 15 trials all on one side at ε = 10⁻³: the figures are those of
+    // the deciding trial; the confirmation lists each visit's batch.
+    assert_eq!(r.claims[0].trials, 15);
+    assert_eq!(r.claims[0].ratio.median, 3.0);
+    assert_eq!(r.claims[0].confirmation.len(), 2);
+    assert!(r.claims[0].confirmation[1].0 >= 10);
+    let e = &r.claims[0].explanation;
+    assert!(
+        e.contains("more than 2% inside") && e.contains("no visit's trials contradict it"),
+        "{e}"
+    );
+    assert!(!e.contains("0000"), "raw float: {e}");
+    assert_eq!(r.visits.len(), 2);
+    assert_eq!(r.visits[1].decided, 2);
+    // The second visit ran only the confirming batch (and the claimless section not at all).
+    assert!(r.visits[1].trials < 60, "{}", r.visits[1].trials);
+    assert_eq!(r.sections[1].trials, t.trials);
+}
+
+/// A ratio that moves across the bound between visits (a machine that changed under the lab),
+/// so that a later visit's trials lie beyond it, gives no verdict, not the first visit's.
+#[test]
+fn a_verdict_the_next_visit_contradicts_is_undecided() {
+    let m = machine();
+    let (_, saved) = run(
+        &m,
+        &mut quiet(),
+        first(60),
+        |_| v(3.0),
+        |_| v(1.0),
+        vec![ge2()],
+    );
+    let (r, saved) = run(
+        &m,
+        &mut quiet(),
+        later(60, saved),
+        |_| v(1.5),
+        |_| v(1.0),
+        vec![ge2()],
+    );
+    assert_eq!(r.claims[0].verdict, Verdict::Undecided);
+    let e = &r.claims[0].explanation;
+    assert!(e.contains("across the bound"), "{e}");
+    assert_eq!(saved.open_claims(), 0, "settled: no more time for it");
+}
+
+/// A later visit whose median lies a little across the bound, as a small batch of a noisy ratio
+/// does, does not undo a verdict: only trials that lie beyond the bound in a significant
+/// majority contradict it.
+#[test]
+fn a_noisy_later_visit_does_not_undo_a_verdict() {
+    let m = machine();
+    let (_, saved) = run(
+        &m,
+        &mut quiet(),
+        first(60),
+        |_| v(3.0),
+        |_| v(1.0),
+        vec![ge2()],
+    );
+    // Three trials in five at 1.9 (below "≥ 2"), two at 2.5: the batch's median is across.
+    let (r, _) = run(
+        &m,
+        &mut quiet(),
+        later(60, saved),
+        |t| v(if t % 5 < 3 { 1.9 } else { 2.5 }),
+        |_| v(1.0),
+        vec![ge2()],
+    );
+    let c = &r.claims[0];
+    assert_eq!(c.verdict, Verdict::Holds, "{}", c.explanation);
+    assert!(c.confirmation[1].1 < 2.0, "{:?}", c.confirmation);
+}
+
+#[test]
+fn a_median_at_the_bound_is_never_a_verdict() {
+    // Half the trials at 3, half at 1, against "≥ 2": the median is on the bound.
+    let m = machine();
+    let (r, saved) = run(
+        &m,
+        &mut quiet(),
+        first(1),
+        |t| v(if t % 2 == 0 { 3.0 } else { 1.0 }),
+        |_| v(1.0),
+        vec![ge2()],
+    );
+    assert_eq!(r.claims[0].verdict, Verdict::Undecided);
+    assert!(r.stop_reason.contains("spent"), "{}", r.stop_reason);
+    assert_eq!(saved.open_claims(), 1);
+}
+
+#[test]
+fn capped_runs_settle_a_trial_only_when_the_bound_points_the_right_way() {
+    let m = machine();
+    let (_, saved) = run(
+        &m,
+        &mut quiet(),
+        first(60),
+        |_| v(3.0).capped(true),
+        |_| v(1.0),
+        vec![ge2()],
+    );
+    let (r, _) = run(
+        &m,
+        &mut quiet(),
+        later(60, saved),
+        |_| v(3.0).capped(true),
+        |_| v(1.0),
+        vec![ge2()],
+    );
+    assert_eq!(r.claims[0].verdict, Verdict::Holds);
+    assert_eq!(
+        r.sections[0].variants[0].capped_count() as u64,
+        r.sections[0].trials
+    );
+    let (r, _) = run(
+        &m,
+        &mut quiet(),
+        first(60),
+        |_| v(3.0),
+        |t| v(1.0).capped(t == 3),
+        vec![ge2()],
+    );
+    assert_eq!(r.claims[0].verdict, Verdict::Undecided);
+    assert!(
+        r.claims[0].explanation.contains("time cap"),
+        "{}",
+        r.claims[0].explanation
+    );
+}
+
+/// Trials measured while another process loads the machine are discarded, and the claim is
+/// left undecided with the reason; when the load stops, the next visit decides it on quiet
+/// trials only.
+#[test]
+fn loaded_windows_are_discarded_and_a_later_visit_resumes() {
+    let m = machine();
+    let mut load = quiet();
+    load.busy.store(true, Ordering::Relaxed);
+    // Runs of 10 ms: a window (0.5 s) holds about 15 trials.
+    let slow = |x: f64| {
+        move |_| {
+            std::thread::sleep(Duration::from_millis(9));
+            v(x)
+        }
+    };
+    let (r, saved) = run(&m, &mut load, first(2), slow(3.0), slow(1.0), vec![ge2()]);
+    assert_eq!(r.claims[0].verdict, Verdict::Undecided);
+    assert_eq!(r.sections[0].trials, 0);
+    assert!(r.sections[0].discarded_trials > 0);
+    let rec = r.sections[0].load.unwrap();
+    assert!(
+        rec.loaded_windows > 0 && rec.max_others_cpus > 0.5,
+        "{rec:?}"
+    );
+    assert!(
+        r.claims[0].explanation.contains("other processes"),
+        "{}",
+        r.claims[0].explanation
+    );
+    assert_eq!(saved.open_claims(), 1);
+    assert!(
+        saved.outlook()[0].trial_s > 0.0,
+        "the trial length is known"
+    );
+
+    load.busy.store(false, Ordering::Relaxed);
+    let (r, saved) = run(
+        &m,
+        &mut load,
+        later(30, saved),
+        slow(3.0),
+        slow(1.0),
+        vec![ge2()],
+    );
+    // Decided on quiet trials only, provisionally: they all come from this visit.
+    assert!(
+        r.claims[0].explanation.contains("no later visit"),
+        "{}",
+        r.claims[0].explanation
+    );
+    assert_eq!(r.visits.len(), 2);
+    assert_eq!(r.visits[1].phase, "open claims");
+    let (r, saved) = run(
+        &m,
+        &mut load,
+        later(30, saved),
+        slow(3.0),
+        slow(1.0),
+        vec![ge2()],
+    );
+    assert_eq!(
+        r.claims[0].verdict,
+        Verdict::Holds,
+        "{}",
+        r.claims[0].explanation
+    );
+    assert_eq!(saved.visits(), 3);
+    assert!(
+        r.sections[0].discarded_trials > 0,
+        "the first visit's discards are kept on record"
+    );
+}
+
+#[test]
+fn the_outlook_grows_as_the_median_nears_the_bound() {
+    let m = machine();
+    // In `good` of every 10 trials the ratio is 3 (it satisfies "≥ 2"), else 1.5. A slice of
+    // 0.15 s holds about 40 trials: too few to decide 6 in 10, enough to estimate.
+    let outlook = |good: u64| {
+        let (_, saved) = run(
+            &m,
+            &mut quiet(),
+            VisitPlan {
+                slice: Duration::from_millis(150),
+                phase: "first pass",
+                resume: None,
+            },
+            move |t| v(if t % 10 < good { 3.0 } else { 1.5 }),
+            |_| v(1.0),
+            vec![ge2()],
+        );
+        saved.outlook().first().and_then(|o| o.trials)
+    };
+    let (six, eight) = (outlook(6), outlook(8));
+    assert!(six.is_some_and(|n| n > 50), "{six:?}");
+    assert!(
+        eight.is_none_or(|n| n < six.unwrap()),
+        "{eight:?} vs {six:?}"
+    );
+    // Half the trials on each side: the median is on the bound; no estimate, or an absurd one.
+    let five = outlook(5);
+    assert!(five.is_none_or(|n| n > 10_000), "{five:?}");
+}
+
+#[test]
+fn a_plan_naming_unknown_things_is_refused() {
+    let mut plan = Plan::new();
+    plan.section(Section::new("s", "s").metric(Metric::time("v", "value")));
+    plan.variant(Variant::fixed("s", "a", "a", Sample::new));
+    plan.claim(Claim::guarantee("c", "c").ratio("a", "nope").at_most(1.0));
+    assert!(plan.validate().unwrap_err().contains("nope"));
+    let mut plan = Plan::new();
+    plan.variant(Variant::fixed("missing", "a", "a", Sample::new));
+    assert!(plan.validate().unwrap_err().contains("missing"));
+    let mut plan = Plan::new();
+    plan.section(Section::new("s", "s").metric(Metric::count("n", "n")));
+    plan.variant(Variant::per_op("s", "a", "a", |_| {
+        crate::kit::Span::default()
+    }));
+    assert!(plan.validate().unwrap_err().contains("per_op"));
+}
+
+#[test]
+fn values_computed_once_come_back_on_later_visits() {
+    let m = machine();
+    let mut session = Collect { snapshots: 0 };
+    let mut load = quiet();
+    let mut ctx = Ctx::new(
+        &m,
+        Profile::Quick,
+        1e-3,
+        info(),
+        1,
+        &mut session,
+        &mut load,
+        first(1),
+    );
+    assert_eq!(ctx.once("n", |_| 7), 7);
+    assert_eq!(ctx.once("n", |_| 8), 7);
+    let mut plan = Plan::new();
+    plan.section(Section::new("s", "s").metric(Metric::time("v", "value")));
+    plan.variant(Variant::fixed("s", "a", "a", || v(1.0)));
+    ctx.measure(plan).unwrap();
+    let saved = ctx.saved.take().unwrap();
+    drop(ctx);
+    let mut ctx = Ctx::new(
+        &m,
+        Profile::Quick,
+        1e-3,
+        info(),
+        1,
+        &mut session,
+        &mut load,
+        later(1, saved),
+    );
+    assert_eq!(ctx.once("n", |_| 9), 7, "the first visit's value");
+}
+
+/// A visit whose slice runs out while it warms up (a machine so loaded that one run of each
+/// variant takes it all) stops there: no trial, the reason says so, and the next visit
+/// measures.
+#[test]
+fn a_visit_that_spends_its_slice_warming_up_runs_no_trial() {
+    let m = machine();
+    let (r, saved) = run(
+        &m,
+        &mut quiet(),
+        VisitPlan {
+            slice: Duration::from_millis(1),
+            phase: "first pass",
+            resume: None,
+        },
+        |_| v(3.0),
+        |_| v(1.0),
+        vec![ge2()],
+    );
+    assert!(r.stop_reason.contains("calibrating"), "{}", r.stop_reason);
+    assert_eq!(r.trials, 0);
+    let (r, _) = run(
+        &m,
+        &mut quiet(),
+        later(2, saved),
+        |_| v(3.0),
+        |_| v(1.0),
+        vec![ge2()],
+    );
+    assert!(r.trials > 0, "{}", r.stop_reason);
+}
