@@ -2,9 +2,9 @@
 //!
 //! | code | meaning |
 //! |---|---|
-//! | 0 | the claim holds (`slo`), A is faster (`compare`), the stream holds (`stats stream`), or the command simply succeeded |
+//! | 0 | the claim holds (`slo`), A is faster (`compare`), the stream holds (`stats stream`), the test stops (`stats csm`), or the command simply succeeded |
 //! | 1 | the claim is violated / A is slower |
-//! | 2 | no decision: undecided within the budget, or (`compare`) indistinguishable |
+//! | 2 | no decision: undecided within the budget, (`compare`) within the tolerance, or (`stats csm`) continue |
 //! | 3 | usage error: a flag, value or file is wrong |
 //! | 4 | execution error: a command could not be run, a file could not be written, … |
 

@@ -5,10 +5,10 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use spindle_lab::report::{markdown, terminal};
+use spindle_lab::report::{format, markdown, stability, terminal};
 use spindle_lab::{
     ClaimResult, ExperimentResult, Info, LabError, LabOptions, Profile, Progress, Status,
 };
@@ -27,7 +27,9 @@ pub struct LabCli {
     pub quiet: bool,
     pub strict: bool,
     pub baseline: Option<PathBuf>,
+    pub keep_loaded: bool,
     pub markdown: Vec<PathBuf>,
+    pub flips: Vec<PathBuf>,
 }
 
 /// The `--help` text after the options: time bounds (from the catalogue) and exit codes.
@@ -35,17 +37,38 @@ pub fn after_help() -> String {
     // Rounded up to a tenth of a minute: a bound.
     let minutes = |p: Profile| (spindle_lab::time_bound(p).as_secs_f64() / 6.0).ceil() / 10.0;
     format!(
-        "Examples:\n  spindle lab                          every experiment, quick profile\n  spindle lab locks --full\n  \
-         spindle lab --baseline old/results.json   medians beside an earlier run's (unpaired)\n  \
-         spindle lab --markdown docs/results/*/results.json > docs/results.md\n\n\
-         Time: the quick profile takes at most {:.1} minutes and the full profile at most {:.1} minutes on any\n\
-         machine (each experiment has a time budget; thread counts and work per run are sized to the machine).\n\n\
-         The report lands in DIR/index.html and DIR/results.json, rewritten every few seconds while the lab runs.\n\
-         A complete report already in DIR is kept until this run completes (meanwhile: index.partial.html).\n\n\
-         Exit codes:\n  0    the lab ran to the end (verdicts are in the report)\n  1    --strict and a guarantee was violated\n  \
-         3    usage error: unknown experiment, bad flag or value, unreadable --baseline/--markdown file\n  \
-         4    execution error: the report could not be written, or an experiment failed\n  \
-         130  interrupted (Ctrl-C): what was measured so far is written; a second Ctrl-C quits at once",
+        "Examples:
+  spindle lab                     every experiment, quick profile
+  spindle lab locks --full        one experiment, full profile
+  spindle lab --baseline old/results.json
+                                  medians beside an earlier run's (unpaired)
+  spindle lab --markdown docs/results/*/results.json > docs/results.md
+  spindle lab --flips run1/results.json run2/results.json
+                                  did a verdict flip between two runs?
+
+Time: the quick profile takes at most {:.1} minutes and the full profile at most {:.1} minutes \
+on any machine, however many experiments exist: a first pass gives each experiment a minimum \
+share, and the time left goes to the claims still open. A selection of experiments gets a \
+budget of its own. Thread counts and work per run are sized to the machine.
+
+Verdicts: a claim holds when the confidence sequence for the median of its per-trial ratios \
+lies more than 2% inside its bound, and is violated when it lies more than 2% beyond it; a \
+later batch of trials must agree. Trials measured while other processes load the CPUs are \
+discarded.
+
+The report lands in DIR/index.html and DIR/results.json, rewritten every few seconds while the \
+lab runs. A complete report already in DIR is kept until this run completes (meanwhile: \
+index.partial.html).
+
+Exit codes:
+  0    the lab ran to the end (verdicts are in the report)
+  1    --strict and a guarantee was violated; --flips and a guarantee flipped
+  3    usage error: unknown or unbuilt experiment, bad flag or value,
+       unreadable --baseline/--markdown/--flips file
+  4    execution error: the report could not be written, or an experiment
+       failed
+  130  interrupted (Ctrl-C): what was measured so far is written; a second
+       Ctrl-C quits at once",
         minutes(Profile::Quick),
         minutes(Profile::Full)
     )
@@ -53,10 +76,13 @@ pub fn after_help() -> String {
 
 pub fn run(args: LabCli) -> CliResult<u8> {
     if args.list {
-        return list();
+        return list(args.json);
     }
     if !args.markdown.is_empty() {
         return render_markdown(&args.markdown);
+    }
+    if !args.flips.is_empty() {
+        return flips(&args.flips, args.json);
     }
     interrupt::install();
     let options = LabOptions {
@@ -66,25 +92,22 @@ pub fn run(args: LabCli) -> CliResult<u8> {
         out: args.out.clone(),
         seed: args.seed,
         baseline: args.baseline,
+        keep_loaded: args.keep_loaded,
     };
-    if !args.quiet {
-        eprintln!(
-            "spindle lab: {} profile, at most {:.0} s; report in {} (rewritten as results come in). Ctrl-C stops and keeps what was measured.",
-            args.profile.as_str(),
-            spindle_lab::time_bound(args.profile).as_secs_f64(),
-            args.out.display()
-        );
-    }
     let tty = std::io::stderr().is_terminal();
+    let banner = Banner {
+        profile: args.profile,
+        out: args.out.clone(),
+    };
     let progress: Box<dyn Progress> = if args.quiet {
         Box::new(Quiet)
     } else if tty {
-        Box::new(Bars::new())
+        Box::new(Bars::new(banner))
     } else {
-        Box::new(Lines)
+        Box::new(Lines { banner })
     };
     let outcome = spindle_lab::run(&options, progress.as_ref()).map_err(|e| match e {
-        LabError::UnknownExperiment { .. } | LabError::BadOption(_) => {
+        LabError::UnknownExperiment { .. } | LabError::NotBuilt { .. } | LabError::BadOption(_) => {
             CliError::Usage(e.to_string())
         }
         LabError::Output(m) => CliError::Execution(m),
@@ -140,13 +163,36 @@ pub fn run(args: LabCli) -> CliResult<u8> {
     Ok(exit::HOLDS)
 }
 
-fn list() -> CliResult<u8> {
+fn list(json: bool) -> CliResult<u8> {
+    let catalogue = spindle_lab::catalogue();
+    if json {
+        let built: Vec<serde_json::Value> = catalogue
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "name": e.name,
+                    "title": e.title,
+                    "summary": e.summary,
+                    "first_pass_quick_s": spindle_lab::plan(Profile::Quick, &[e.name.to_string()]).first[0].1.as_secs_f64(),
+                    "references": e.references.iter().map(|r| r.cite()).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        let planned: Vec<serde_json::Value> = spindle_lab::experiments::PLANNED
+            .iter()
+            .map(|(name, what)| serde_json::json!({"name": name, "summary": what}))
+            .collect();
+        crate::output::print_json(&serde_json::json!({
+            "experiments": built,
+            "planned": planned,
+            "quick_budget_s": spindle_lab::time_bound(Profile::Quick).as_secs_f64(),
+            "full_budget_s": spindle_lab::time_bound(Profile::Full).as_secs_f64(),
+        }));
+        return Ok(exit::HOLDS);
+    }
     println!("Experiments (run them all with `spindle lab`, or name some):");
-    for e in spindle_lab::catalogue() {
-        println!(
-            "  {:<11} {} — {} (quick: ≤ {} s)",
-            e.name, e.title, e.summary, e.quick_seconds
-        );
+    for e in catalogue {
+        println!("  {:<11} {} — {}", e.name, e.title, e.summary);
         for r in e.references {
             println!("  {:<11} reference: {}", "", r.cite());
         }
@@ -155,7 +201,66 @@ fn list() -> CliResult<u8> {
     for (name, what) in spindle_lab::experiments::PLANNED {
         println!("  {name:<11} {what}");
     }
+    println!(
+        "\nThe quick profile runs them all in at most {:.0} s, the full profile in at most {:.0} s.",
+        spindle_lab::time_bound(Profile::Quick).as_secs_f64(),
+        spindle_lab::time_bound(Profile::Full).as_secs_f64()
+    );
     Ok(exit::HOLDS)
+}
+
+/// `--flips`: do these runs agree?
+fn flips(files: &[PathBuf], json: bool) -> CliResult<u8> {
+    let reports = files
+        .iter()
+        .map(|p| spindle_lab::read_report(p))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(CliError::Usage)?;
+    let s = stability::compare(&reports);
+    if json {
+        crate::output::print_json(&s);
+    } else {
+        for (i, ((secs, budget), [h, v, u])) in s.seconds.iter().zip(&s.guarantees).enumerate() {
+            println!(
+                "run {}: {} — {secs:.0} s{}; guarantees {h} hold, {v} violated, {u} undecided",
+                i + 1,
+                files[i].display(),
+                if *budget > 0.0 {
+                    format!(" of at most {budget:.0} s")
+                } else {
+                    String::new()
+                }
+            );
+        }
+        let show = |c: &stability::ClaimAcross| {
+            let runs: Vec<String> = c
+                .runs
+                .iter()
+                .map(|r| match r {
+                    Some((v, m)) => format!("{} ({})", v.word(c.kind), format::num(*m)),
+                    None => "not tested".into(),
+                })
+                .collect();
+            println!("  {}/{}: {}", c.experiment, c.claim, runs.join(" / "));
+        };
+        println!(
+            "flipped between holds and violated: {} ({} guarantees)",
+            s.flipped.len(),
+            s.flipped_guarantees()
+        );
+        s.flipped.iter().for_each(show);
+        println!(
+            "undecided although the median lay ≥ {:.0}% from the bound: {}",
+            stability::FAR * 100.0,
+            s.undecided_far.len()
+        );
+        s.undecided_far.iter().for_each(show);
+    }
+    Ok(if s.flipped_guarantees() > 0 {
+        exit::VIOLATED
+    } else {
+        exit::HOLDS
+    })
 }
 
 fn render_markdown(files: &[PathBuf]) -> CliResult<u8> {
@@ -177,22 +282,55 @@ impl Progress for Quiet {
     }
 }
 
-/// In a pipe (CI logs): one line per experiment and per claim, as they happen.
-struct Lines;
+/// The line that opens a run, printed once the options are checked and the run is planned.
+struct Banner {
+    profile: Profile,
+    out: PathBuf,
+}
+
+impl Banner {
+    fn line(&self, budget: Duration, first: &[(&'static str, Duration)]) -> String {
+        format!(
+            "spindle lab: {} profile, {} experiment(s), at most {:.0} s; report in {} (rewritten as results come in). Ctrl-C stops and keeps what was measured.",
+            self.profile.as_str(),
+            first.len(),
+            budget.as_secs_f64(),
+            self.out.display()
+        )
+    }
+}
+
+/// "started (9 s)" / "back for its open claims (12 s)".
+fn visit_words(phase: &str, slice: Duration) -> String {
+    let what = if phase == "first pass" {
+        "started".to_string()
+    } else {
+        format!("back for its {phase}")
+    };
+    format!("{what} ({:.0} s)", slice.as_secs_f64())
+}
+
+/// In a pipe (CI logs): one line per experiment visit and per claim, as they happen.
+struct Lines {
+    banner: Banner,
+}
 impl Progress for Lines {
-    fn lab_started(&self, plan: &[(&'static str, Duration)]) {
+    fn lab_started(&self, budget: Duration, first: &[(&'static str, Duration)]) {
+        eprintln!("{}", self.banner.line(budget, first));
         eprintln!(
-            "lab: {} experiment(s): {}",
-            plan.len(),
-            plan.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+            "lab: {}",
+            first.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
         );
     }
-    fn experiment_started(&self, _index: usize, info: &Info, budget: Duration) {
-        eprintln!(
-            "{}: started (budget {:.0} s)",
-            info.name,
-            budget.as_secs_f64()
-        );
+    fn experiment_started(
+        &self,
+        _index: usize,
+        info: &Info,
+        slice: Duration,
+        phase: &str,
+        _lab_elapsed: Duration,
+    ) {
+        eprintln!("{}: {}", info.name, visit_words(phase, slice));
     }
     fn claim_decided(&self, experiment: &str, claim: &ClaimResult) {
         eprintln!("{experiment}: {}", terminal::claim_line(claim));
@@ -208,68 +346,88 @@ impl Progress for Lines {
     }
 }
 
-/// On a terminal: a bar for the whole lab (time-based, with an ETA) and one for the current
-/// experiment; verdicts are printed above the bars as they are decided.
+/// On a terminal: a bar for the whole run (time against the planner's budget) and one for
+/// the current visit; verdicts are printed above the bars as they are decided.
 struct Bars {
+    banner: Banner,
     multi: MultiProgress,
     overall: ProgressBar,
-    current: Mutex<Option<(ProgressBar, u64)>>,
-    /// Budget (ms) of the experiments before the current one.
-    done_ms: Mutex<u64>,
+    current: Mutex<Option<ProgressBar>>,
+    /// When the run started and its budget (set by lab_started).
+    clock: Mutex<Option<(Instant, Duration)>>,
 }
 
 impl Bars {
-    fn new() -> Bars {
+    fn new(banner: Banner) -> Bars {
         let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
         let overall = multi.add(ProgressBar::new(1));
         overall.set_style(
-            ProgressStyle::with_template("{prefix:>11} [{bar:24}] {msg}  (at most {eta} left)")
+            ProgressStyle::with_template("{prefix:>11} [{bar:24}] {msg}")
                 .expect("valid template")
                 .progress_chars("=> "),
         );
         overall.set_prefix("lab");
         Bars {
+            banner,
             multi,
             overall,
             current: Mutex::new(None),
-            done_ms: Mutex::new(0),
+            clock: Mutex::new(None),
+        }
+    }
+
+    /// Moves the overall bar to the run's elapsed time, with what is left of the budget.
+    fn tick(&self, what: &str) {
+        if let Some((start, budget)) = *self.clock.lock().unwrap_or_else(|e| e.into_inner()) {
+            let elapsed = start.elapsed().min(budget);
+            self.overall.set_position(elapsed.as_millis() as u64);
+            self.overall.set_message(format!(
+                "{what}  (at most {:.0} s left)",
+                (budget - elapsed).as_secs_f64()
+            ));
         }
     }
 }
 
 impl Progress for Bars {
+    fn lab_started(&self, budget: Duration, first: &[(&'static str, Duration)]) {
+        let _ = self.multi.println(self.banner.line(budget, first));
+        self.overall.set_length(budget.as_millis().max(1) as u64);
+        *self.clock.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), budget));
+    }
     fn fingerprinting(&self) {
-        self.overall
-            .set_message("fingerprinting the machine (TSC rate, HZ, round trip, load)");
+        self.tick("fingerprinting the machine (TSC rate, HZ, round trip, load)");
     }
-    fn lab_started(&self, plan: &[(&'static str, Duration)]) {
-        let total: u64 = plan.iter().map(|(_, b)| b.as_millis() as u64).sum();
-        self.overall.set_length(total.max(1));
-        self.overall.reset_eta();
-    }
-    fn experiment_started(&self, _index: usize, info: &Info, budget: Duration) {
-        let bar = self.multi.add(ProgressBar::new(budget.as_millis() as u64));
+    fn experiment_started(
+        &self,
+        _index: usize,
+        info: &Info,
+        slice: Duration,
+        phase: &str,
+        _lab_elapsed: Duration,
+    ) {
+        let bar = self
+            .multi
+            .add(ProgressBar::new(slice.as_millis().max(1) as u64));
         bar.set_style(
             ProgressStyle::with_template("{prefix:>11} [{bar:24}] {msg}")
                 .expect("valid template")
                 .progress_chars("=> "),
         );
         bar.set_prefix(info.name);
-        self.overall
-            .set_message(format!("{} — {}", info.name, info.title));
-        if let Some((old, _)) = self
+        self.tick(&format!("{} — {}", info.name, visit_words(phase, slice)));
+        if let Some(old) = self
             .current
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .replace((bar, budget.as_millis() as u64))
+            .replace(bar)
         {
             old.finish_and_clear();
         }
     }
-    fn status(&self, _experiment: &str, s: &Status) {
-        if let Some((bar, budget)) = &*self.current.lock().unwrap_or_else(|e| e.into_inner()) {
-            let ms = (s.elapsed.as_millis() as u64).min(*budget);
-            bar.set_position(ms);
+    fn status(&self, experiment: &str, s: &Status) {
+        if let Some(bar) = &*self.current.lock().unwrap_or_else(|e| e.into_inner()) {
+            bar.set_position(s.elapsed.as_millis() as u64);
             let claims = if s.claims > 0 {
                 format!(" · {}/{} claims decided", s.claims_decided, s.claims)
             } else {
@@ -285,9 +443,8 @@ impl Progress for Bars {
                 s.elapsed.as_secs_f64(),
                 s.budget.as_secs_f64()
             ));
-            self.overall
-                .set_position(*self.done_ms.lock().unwrap_or_else(|e| e.into_inner()) + ms);
         }
+        self.tick(experiment);
     }
     fn claim_decided(&self, experiment: &str, claim: &ClaimResult) {
         let _ = self
@@ -295,11 +452,11 @@ impl Progress for Bars {
             .println(format!("{experiment}: {}", terminal::claim_line(claim)));
     }
     fn experiment_finished(&self, result: &ExperimentResult) {
-        self.end_experiment();
+        self.end_visit();
         let _ = self.multi.println(terminal::experiment_line(result));
     }
     fn experiment_failed(&self, name: &str, error: &str) {
-        self.end_experiment();
+        self.end_visit();
         let _ = self.multi.println(format!("{name}: FAILED — {error}"));
     }
     fn stop_requested(&self) -> bool {
@@ -313,8 +470,8 @@ impl Progress for Bars {
 }
 
 impl Bars {
-    fn end_experiment(&self) {
-        if let Some((bar, budget)) = self
+    fn end_visit(&self) {
+        if let Some(bar) = self
             .current
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -322,9 +479,6 @@ impl Bars {
         {
             bar.finish_and_clear();
             self.multi.remove(&bar);
-            *self.done_ms.lock().unwrap_or_else(|e| e.into_inner()) += budget;
-            self.overall
-                .set_position(*self.done_ms.lock().unwrap_or_else(|e| e.into_inner()));
         }
     }
 }

@@ -22,14 +22,120 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use crate::exec::CommandLine;
 use crate::exit::CliResult;
 
+// Help texts are paragraphs on one line each, which clap wraps to the terminal; only tables and
+// examples carry their own line breaks, and those lines stay under 79 columns so that an
+// 80-column terminal shows them whole (tests/help.rs checks every subcommand).
 const EXIT_CODES: &str = "\
 Exit codes:
-  0  holds / A faster / significant / success
-  1  violated / A slower / not significant
-  2  undecided (budget exhausted) or, for compare, within the tolerance
-  3  usage error (bad flag, value or file)
-  4  execution error (a command could not run, a file could not be written)
-  130 interrupted by Ctrl-C (compare, lab)";
+  0    holds / A faster / significant / enough / stop (stats csm) / success
+  1    violated / A slower / not significant / not enough
+  2    undecided, within the tolerance (compare), continue (stats csm)
+  3    usage error (bad flag, value or file)
+  4    execution error (a command could not run, a file could not be written)
+  130  interrupted by Ctrl-C (compare, lab)";
+
+const SLO_HELP: &str = "\
+A run succeeds when the command exits 0 (and, with --under, finishes within DURATION). The test \
+stops the moment the evidence suffices; the probability of a wrong verdict is at most --eps.
+
+Durations need a unit (50ms, 1.5s, 2m) and must be positive: a bare number is refused. \
+--max-time bounds the whole test: no run starts that would, judging by the longest run so far, \
+end after it (the first run always starts). The command runs without a shell: write its words \
+after --, or use -- sh -c '...' for pipes and quoting.
+
+Examples:
+  spindle slo -- true                               holds after 2210 runs
+  spindle slo --rate 0.9 --under 50ms -- ./client   p90 latency under 50 ms?
+
+Exit codes: 0 holds, 1 violated, 2 undecided (--max-runs or --max-time reached), 3 usage error, \
+4 the command could not run.";
+
+const COMPARE_HELP: &str = "\
+Each pair runs A and B back to back in random order; r = time(A) / time(B). The verdict is about \
+the median of r, the typical pair:
+  A slower   median r > 1 + T                    (exit 1)
+  A faster   median r < 1 / (1 + T)              (exit 0)
+  within     1 / (1 + T) <= median r <= 1 + T    (exit 2)
+with T = --tolerance (\"within\": no difference beyond the tolerance). It is read off Robbins' \
+confidence sequence for that median, valid however and whenever the test stops: a wrong verdict \
+has probability at most --eps, a wrong \"A slower\" at most eps/2. Identical commands get \
+\"within\" in a few dozen pairs; a 2x difference in about 15. P(A faster in a pair) is reported \
+too, as a secondary statistic.
+
+--max-time bounds the whole test, warm-up included: no pair, warm-up or measured, starts that \
+would, judging by the longest pair so far, end after it (the first pair always runs).
+
+--samples A B decides from two files instead of running commands: hyperfine --export-json \
+(FILE#N picks a command), criterion's target/criterion/<bench>/<baseline>/sample.json, or plain \
+numbers. Those samples are not paired, so the verdict is about the ratio of the medians, \
+median(A) / median(B), each median with an order-statistic confidence interval at eps/2.
+
+Ctrl-C stops after the current pair and prints the verdict so far (undecided, with what is \
+already known and its intervals, which stay valid); the exit code is then 130. A second Ctrl-C \
+exits at once.
+
+Examples:
+  spindle compare -- ./new ::: ./old
+      a CI gate: fails (exit 1) only if ./new is more than 5% slower
+  spindle compare --tolerance 2% --max-time 5m -- ./new in ::: ./old in
+  spindle compare --samples new.json old.json
+      two hyperfine exports, nothing re-run
+
+Exit codes: 0 A faster, 1 A slower, 2 within the tolerance or undecided, 3 usage error, 4 a \
+command failed, 130 interrupted.";
+
+const CSM_HELP: &str = "\
+Example (the CSM post's):
+  $ spindle stats csm 4000 0.98 3972 0.001
+  stop: success rate above 0.98 (estimate 0.993, false-positive rate < 0.001)
+  log level -17.238559826956475 < ln(eps) = -6.90775527898214
+  $ spindle stats csm 1000 0.98 995 0.001
+  continue: 995/1000 cannot yet be told apart from 0.98 at eps = 0.001
+  log level -3.0115331544604658 >= ln(eps) = -6.90775527898214
+
+Exit codes: 0 stop (the test rejects ALPHA: the success rate is known to be above it, or below \
+it, as printed), 2 continue (not yet), 3 usage error.";
+
+const BETA_ICDF_HELP: &str = "\
+Example (the CSM post's 99.9% interval after 3972 successes in 4000 trials):
+  $ spindle stats beta-icdf 3972 28 0.001
+  0.9882119750976562
+  $ spindle stats beta-icdf 3972 28 0.001 --upper
+  0.9963832682169742";
+
+const STREAM_HELP: &str = "\
+Lines are outcomes (1/0, true/false, yes/no, ok/pass/fail) or, with --under, measurements in \
+seconds; blank lines and lines that start with # are skipped.
+
+With --rate-hi the verdict is 'holds' once the rate is known to be above --rate, 'violated' once \
+it is known to be below --rate-hi (rates in between may get either); each is wrong with \
+probability at most --eps.
+
+Examples:
+  ./latencies.sh | spindle stats stream --rate 0.99 --under 50ms
+  ./check.sh | spindle stats stream --rate 0.98 --rate-hi 0.99 --trace
+
+Exit codes: 0 holds, 1 violated, 2 undecided at end of input (or within the band), 3 bad input.";
+
+const POWER_HELP: &str = "\
+Example (the CSM post's): thresholds 96% and 98%, true rate 97%, eps 0.1%. 1000 runs are not \
+enough (exit 1), 10000 are (exit 0):
+  spindle stats power 0.97 --alpha 0.96 --alpha-hi 0.98 --eps 1e-3 \\
+      --max-runs 1000
+
+Exit codes: 0 enough, 1 not enough, 2 undecided, 3 usage error.";
+
+const EXACT_HELP: &str = "\
+Shuffles the pooled values, splits them into groups of the original sizes, and counts how often \
+the shuffled difference is as extreme as the observed one: that rate is the p-value, and the CSM \
+stops as soon as it is known to be below --alpha (significant) or above it. With --alpha-hi, it \
+stops at the first of 'below --alpha-hi' (significant) and 'above --alpha' (not significant).
+
+Example (the CSM post's thresholds):
+  spindle stats exact new.txt old.txt --alpha 0.005 --alpha-hi 0.01 --eps 1e-9
+
+Exit codes: 0 significant, 1 not significant, 2 undecided or between the thresholds, 3 usage \
+error.";
 
 #[derive(Parser)]
 #[command(
@@ -52,42 +158,11 @@ enum Command {
     Lab(LabArgs),
     /// Test a success-rate objective: run a command until the CSM decides whether
     /// "at least RATE of runs succeed".
-    #[command(allow_negative_numbers = true, after_help = concat!(
-        "A run succeeds when the command exits 0 (and, with --under, finishes within DURATION).\n",
-        "The test stops the moment the evidence suffices; the probability of a wrong verdict is at most --eps.\n",
-        "Durations need a unit (50ms, 1.5s, 2m): a bare number is refused. The command runs without a shell:\n",
-        "write its words after --, or use -- sh -c '...' for pipes and quoting.\n\n",
-        "Examples:\n",
-        "  spindle slo -- true                               holds after ~2300 runs\n",
-        "  spindle slo --rate 0.9 --under 50ms -- ./client   p90 latency under 50 ms?\n\n",
-        "Exit codes: 0 holds, 1 violated, 2 undecided (--max-runs or --max-time reached), 3 usage error, 4 the command could not run."
-    ))]
+    #[command(allow_negative_numbers = true, after_help = SLO_HELP)]
     Slo(SloCli),
     /// CI gate: is A slower than B by more than a tolerance? Paired, order-randomised runs until
     /// the median time ratio A/B is known to lie above, below or within the tolerance band.
-    #[command(allow_negative_numbers = true, after_help = concat!(
-        "Each pair runs A and B back to back in random order; r = time(A) / time(B). The verdict is about the\n",
-        "median of r, the typical pair:\n",
-        "  A slower   median r > 1 + T             (exit 1)\n",
-        "  A faster   median r < 1 / (1 + T)       (exit 0)\n",
-        "  within     1 / (1 + T) <= median r <= 1 + T   (exit 2, \"no difference beyond the tolerance\")\n",
-        "with T = --tolerance. It is read off Robbins' confidence sequence for that median, valid however and\n",
-        "whenever the test stops: a wrong verdict has probability at most --eps, a wrong \"A slower\" at most\n",
-        "eps/2. Identical commands get \"within\" in a few dozen pairs; a 2x difference in about 15.\n",
-        "P(A faster in a pair) is reported too, as a secondary statistic.\n\n",
-        "--samples A B decides from two files instead of running commands: hyperfine --export-json (FILE#N\n",
-        "picks a command), criterion's target/criterion/<bench>/<baseline>/sample.json, or plain numbers. Those\n",
-        "samples are not paired, so the verdict compares the medians, each with an order-statistic confidence\n",
-        "interval at eps/2.\n\n",
-        "Ctrl-C stops after the current pair and prints the verdict so far (undecided, with what is already\n",
-        "known and its intervals, which stay valid); the exit code is then 130. A second Ctrl-C exits at once.\n\n",
-        "Examples:\n",
-        "  spindle compare -- ./new ::: ./old                 CI gate: fails (exit 1) only if new is >5% slower\n",
-        "  spindle compare --tolerance 2% --max-time 5m -- ./new input ::: ./old input\n",
-        "  spindle compare --samples new.json old.json        hyperfine exports, no re-run\n\n",
-        "Exit codes: 0 A faster, 1 A slower, 2 within tolerance or undecided, 3 usage error, 4 a command failed,\n",
-        "130 interrupted."
-    ))]
+    #[command(allow_negative_numbers = true, after_help = COMPARE_HELP)]
     Compare(CompareCli),
     /// The statistics engine as calculators and a stream filter for shell pipelines.
     #[command(subcommand)]
@@ -98,10 +173,10 @@ enum Command {
 struct LabArgs {
     /// Experiments to run (default: all). See --list.
     experiments: Vec<String>,
-    /// Quick profile (the default): the whole lab in about three minutes.
+    /// Quick profile (the default): the whole lab in at most three minutes.
     #[arg(long, conflicts_with = "full")]
     quick: bool,
-    /// Full profile: six times the quick budgets, for figures worth publishing.
+    /// Full profile: the whole lab in at most 20 minutes, for figures worth publishing.
     #[arg(long)]
     full: bool,
     /// List the experiments, with their references, and exit.
@@ -125,12 +200,22 @@ struct LabArgs {
     /// Exit 1 when a guarantee (Spindle's promise about its own code) is violated.
     #[arg(long)]
     strict: bool,
+    /// Keep trials measured while other processes loaded the CPUs (by default they are
+    /// discarded and measured again): for machines that are never idle. The load is still
+    /// recorded for each section; verdicts may then describe the load as much as the code.
+    #[arg(long)]
+    keep_loaded: bool,
     /// An earlier run's results.json: show each median's ratio to that run's (unpaired).
     #[arg(long, value_name = "RESULTS_JSON")]
     baseline: Option<PathBuf>,
     /// Render these results.json files (one per machine) as Markdown on stdout, and exit.
     #[arg(long, value_name = "RESULTS_JSON", num_args = 1.., conflicts_with_all = ["baseline", "list", "json"])]
     markdown: Vec<PathBuf>,
+    /// Compare the verdicts of these results.json files (runs on one machine): list claims that
+    /// held in one run and were violated in another, and claims left undecided far from their
+    /// bound; exit 1 if a guarantee flipped.
+    #[arg(long, value_name = "RESULTS_JSON", num_args = 2.., conflicts_with_all = ["baseline", "list", "markdown"])]
+    flips: Vec<PathBuf>,
     /// Tiny budgets that only check that everything runs (figures are meaningless).
     #[arg(long, hide = true, conflicts_with_all = ["quick", "full"])]
     smoke: bool,
@@ -156,22 +241,22 @@ struct SloCli {
     #[arg(long, default_value = "0.99", value_parser = rate_parser)]
     rate: f64,
     /// A run also has to finish within this time (e.g. 50ms, 1.5s; a unit is required).
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_positive_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_positive_duration, allow_hyphen_values = true)]
     under: Option<Duration>,
     /// Bound on the probability of a wrong verdict, in (0, 0.5).
     #[arg(long, default_value = "1e-6", value_parser = eps_parser)]
     eps: f64,
     /// Collect this many runs before testing (so that a slow start cannot decide on its own).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = positive_count_parser)]
     min_runs: u64,
     /// Give up (exit 2) after this many runs.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, value_parser = positive_count_parser)]
     max_runs: u64,
     /// Kill a run after this long (it counts as a failure).
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_positive_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_positive_duration, allow_hyphen_values = true)]
     timeout: Option<Duration>,
-    /// Give up (exit 2) after this much wall-clock time.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_positive_duration)]
+    /// Give up (exit 2) rather than start a run that would end after this much wall-clock time.
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_positive_duration, allow_hyphen_values = true)]
     max_time: Option<Duration>,
     #[command(flatten)]
     output: RunOutput,
@@ -195,14 +280,16 @@ struct CompareCli {
         long,
         visible_alias = "max-pairs",
         value_name = "PAIRS",
-        default_value_t = 1000
+        default_value_t = 1000,
+        value_parser = positive_count_parser
     )]
     max_runs: u64,
-    /// Give up (exit 2) after this much wall-clock time (e.g. 90s, 10m).
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_positive_duration)]
+    /// Give up (exit 2) rather than start a pair that would end after this much wall-clock time
+    /// (e.g. 90s, 10m).
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_positive_duration, allow_hyphen_values = true)]
     max_time: Option<Duration>,
     /// Unmeasured runs of each command before measuring.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = count_parser)]
     warmup: u64,
     /// Seed for the order of runs within each pair (default: from the clock).
     #[arg(long)]
@@ -224,20 +311,16 @@ struct CompareCli {
 enum StatsCommand {
     /// Robbins' stopping test: may N trials with S successes be told apart from rate ALPHA, at
     /// false-positive rate EPS?
-    #[command(
-        allow_negative_numbers = true,
-        after_help = "Example (the CSM post's): spindle stats csm 4000 0.98 3972 0.001\n\
-                      stop: the success rate is above 0.98 (log level -17.238559826956475 < ln(0.001))"
-    )]
+    #[command(allow_negative_numbers = true, after_help = CSM_HELP)]
     Csm {
         /// Trials.
-        #[arg(value_name = "N")]
+        #[arg(value_name = "N", value_parser = count_parser)]
         n: u64,
         /// The threshold success rate, in (0, 1).
         #[arg(value_name = "ALPHA", value_parser = rate_parser)]
         alpha: f64,
         /// Successes among the N trials.
-        #[arg(value_name = "S")]
+        #[arg(value_name = "S", value_parser = count_parser)]
         s: u64,
         /// False-positive rate, in (0, 1).
         #[arg(value_name = "EPS", value_parser = unit_parser)]
@@ -248,19 +331,13 @@ enum StatsCommand {
     },
     /// Conservative end of a Beta(A, B) credible interval cutting ALPHA from one tail: after S
     /// successes in N trials, A = S + 1 and B = N − S + 1.
-    #[command(
-        name = "beta-icdf",
-        allow_negative_numbers = true,
-        after_help = "Example (the CSM post's 99.9% interval after 3972 of 4000):\n  \
-                      spindle stats beta-icdf 3972 28 0.001           0.9882119750976562\n  \
-                      spindle stats beta-icdf 3972 28 0.001 --upper   0.9963832682169742"
-    )]
+    #[command(name = "beta-icdf", allow_negative_numbers = true, after_help = BETA_ICDF_HELP)]
     BetaIcdf {
         /// First shape parameter (successes + 1), in [1, 2^44].
-        #[arg(value_name = "A")]
+        #[arg(value_name = "A", value_parser = count_parser)]
         a: u64,
         /// Second shape parameter (failures + 1), in [1, 2^44].
-        #[arg(value_name = "B")]
+        #[arg(value_name = "B", value_parser = count_parser)]
         b: u64,
         /// Probability cut from the tail, in [0, 1) (values above 0.05 are computed as 0.05).
         #[arg(value_name = "ALPHA")]
@@ -277,7 +354,7 @@ enum StatsCommand {
     #[command(allow_negative_numbers = true)]
     Quantile {
         /// Number of samples.
-        #[arg(value_name = "N")]
+        #[arg(value_name = "N", value_parser = positive_count_parser)]
         n: u64,
         /// The quantile, in [0, 1] (0.5 for the median, 0.99 for p99).
         #[arg(value_name = "Q")]
@@ -293,55 +370,33 @@ enum StatsCommand {
     /// product underflows to 0 for real counts).
     #[command(
         allow_negative_numbers = true,
-        after_help = "Example (the CSM post's underflow demonstration): spindle stats proportion 901 101"
+        after_help = "Example (the CSM post's underflow demonstration):\n  spindle stats proportion 901 101"
     )]
     Proportion {
         /// Exponent of x (successes).
-        #[arg(value_name = "A")]
+        #[arg(value_name = "A", value_parser = count_parser)]
         a: u64,
         /// Exponent of 1 − x (failures).
-        #[arg(value_name = "B")]
+        #[arg(value_name = "B", value_parser = count_parser)]
         b: u64,
         /// Grid: x = 1/K, 2/K, …, (K−1)/K.
-        #[arg(long, value_name = "K", default_value_t = 20)]
+        #[arg(long, value_name = "K", default_value_t = 20, value_parser = count_parser)]
         points: u64,
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
     },
-    /// Read outcomes from stdin (1/0, or numbers with --under) and exit as soon as the CSM
-    /// decides whether the success rate is above --rate (or, with --rate-hi, either threshold).
-    #[command(
-        allow_negative_numbers = true,
-        after_help = "Examples:\n  \
-                      ./latencies.sh | spindle stats stream --rate 0.99 --under 0.05      (lines in seconds)\n  \
-                      ./check.sh | spindle stats stream --rate 0.98 --rate-hi 0.99 --trace\n\
-                      With --rate-hi the verdict is 'holds' once the rate is known to be above --rate, 'violated'\n\
-                      once it is known to be below --rate-hi (rates in between may get either); each is wrong\n\
-                      with probability at most --eps.\n\
-                      Exit codes: 0 holds, 1 violated, 2 undecided at end of input (or within the band), 3 bad input."
-    )]
+    /// Read outcomes from stdin (1/0, or times in seconds with --under) and exit as soon as the
+    /// CSM decides whether the success rate is above --rate (or, with --rate-hi, either
+    /// threshold).
+    #[command(allow_negative_numbers = true, after_help = STREAM_HELP)]
     Stream(stats_cmd::StreamArgs),
     /// Will a test with these thresholds decide within --max-runs, if the true rate is RATE?
-    #[command(
-        allow_negative_numbers = true,
-        after_help = "Example (the CSM post's): 96%/98% thresholds, true rate 97%, eps 0.1%:\n  \
-                      spindle stats power 0.97 --alpha 0.96 --alpha-hi 0.98 --eps 1e-3 --max-runs 1000    not enough (exit 1)\n  \
-                      spindle stats power 0.97 --alpha 0.96 --alpha-hi 0.98 --eps 1e-3 --max-runs 10000   enough (exit 0)\n\
-                      Exit codes: 0 enough, 1 not enough, 2 undecided, 3 usage error."
-    )]
+    #[command(allow_negative_numbers = true, after_help = POWER_HELP)]
     Power(stats_cmd::PowerArgs),
     /// The CSM post's exact test: is the difference of means (medians, quantiles) between two
     /// samples real? Resamples the pooled data until the CSM places the p-value.
-    #[command(
-        allow_negative_numbers = true,
-        after_help = "Shuffles the pooled values, splits them into groups of the original sizes, and counts how often the\n\
-                      shuffled difference is as extreme as the observed one: that rate is the p-value, and the CSM stops\n\
-                      as soon as it is known to be below --alpha (significant) or above it. With --alpha-hi, it stops at\n\
-                      the first of 'below --alpha-hi' (significant) and 'above --alpha' (not significant).\n\n\
-                      Example (the CSM post's thresholds): spindle stats exact new.txt old.txt --alpha 0.005 --alpha-hi 0.01 --eps 1e-9\n\n\
-                      Exit codes: 0 significant, 1 not significant, 2 undecided or between the thresholds, 3 usage error."
-    )]
+    #[command(allow_negative_numbers = true, after_help = EXACT_HELP)]
     Exact(stats_cmd::ExactArgs),
 }
 
@@ -355,6 +410,16 @@ pub(crate) fn eps_parser(s: &str) -> Result<f64, String> {
 
 pub(crate) fn unit_parser(s: &str) -> Result<f64, String> {
     units::parse_open_unit("value", s, 0.0, 1.0)
+}
+
+/// A count that may be 0 (`--warmup`, `N` of `stats csm`).
+pub(crate) fn count_parser(s: &str) -> Result<u64, String> {
+    units::parse_count(s, 0)
+}
+
+/// A count of at least 1 (`--max-runs`, `--min-runs`).
+pub(crate) fn positive_count_parser(s: &str) -> Result<u64, String> {
+    units::parse_count(s, 1)
 }
 
 fn tolerance_parser(s: &str) -> Result<f64, String> {
@@ -380,12 +445,11 @@ fn run(cli: Cli) -> CliResult<u8> {
             quiet: a.quiet,
             strict: a.strict,
             baseline: a.baseline,
+            keep_loaded: a.keep_loaded,
             markdown: a.markdown,
+            flips: a.flips,
         }),
         Command::Slo(a) => {
-            if a.max_runs == 0 {
-                return Err(exit::usage("--max-runs must be at least 1"));
-            }
             if a.min_runs > a.max_runs {
                 return Err(exit::usage(format!(
                     "--min-runs {} exceeds --max-runs {}",
@@ -419,9 +483,6 @@ fn run(cli: Cli) -> CliResult<u8> {
                     a: sa.clone(),
                     b: sb.clone(),
                 });
-            }
-            if a.max_runs == 0 {
-                return Err(exit::usage("--max-runs must be at least 1"));
             }
             let (cmd_a, cmd_b) = compare::split_commands(&a.commands)?;
             compare::run(compare::CompareArgs {

@@ -9,7 +9,7 @@ use spindle_stats::{quantile_interval, Decision, Driver, DriverConfig, Step};
 use crate::exec::{CommandLine, RunEnd};
 use crate::exit::{self, CliResult};
 use crate::output;
-use crate::units::{format_percent, format_probability, format_seconds};
+use crate::units::{count, format_percent, format_probability, format_seconds};
 
 pub struct SloArgs {
     pub rate: f64,
@@ -79,9 +79,18 @@ pub fn run(args: SloArgs) -> CliResult<u8> {
     let mut interval_at = Instant::now();
     let mut interval = (0.0, 1.0);
     let mut stopped_by_clock = false;
+    let mut longest_run = Duration::ZERO;
     let mut error = None;
 
     loop {
+        // --max-time is a bound: a run that would end past it, if it took as long as the
+        // longest so far, is not started (the first always is).
+        if let Some(limit) = args.max_time {
+            if driver.n() > 0 && started.elapsed() + longest_run > limit {
+                stopped_by_clock = true;
+                break;
+            }
+        }
         let run = match args.command.run(args.timeout) {
             Ok(run) => run,
             Err(e) => {
@@ -91,6 +100,7 @@ pub fn run(args: SloArgs) -> CliResult<u8> {
             }
         };
         times.push(run.elapsed.as_secs_f64());
+        longest_run = longest_run.max(run.elapsed);
         let fast_enough = args.under.is_none_or(|limit| run.elapsed <= limit);
         let success = match run.end {
             RunEnd::Exited(Some(0)) if fast_enough => true,
@@ -117,18 +127,14 @@ pub fn run(args: SloArgs) -> CliResult<u8> {
             interval_at = Instant::now();
         }
         progress.set_message(format!(
-            "runs {} · successes {} · estimate {} · interval [{}, {}]",
-            driver.n(),
-            driver.successes(),
+            "{} · {} · estimate {} · interval [{}, {}]",
+            count(driver.n(), "run", "runs"),
+            count(driver.successes(), "success", "successes"),
             format_percent(driver.estimate()),
             format_percent(interval.0),
             format_percent(interval.1)
         ));
         if let Step::Done(_) = step {
-            break;
-        }
-        if args.max_time.is_some_and(|t| started.elapsed() >= t) {
-            stopped_by_clock = true;
             break;
         }
     }
@@ -154,12 +160,14 @@ pub fn run(args: SloArgs) -> CliResult<u8> {
         (_, Some(e)) => format!("stopped early: {e}"),
         (Decision::Above, _) => format!("more than {target} of runs {success_words}"),
         (Decision::Below, _) => format!("fewer than {target} of runs {success_words}"),
-        _ if stopped_by_clock => {
-            format!("--max-time reached before the success rate could be told apart from {target}")
-        }
+        _ if stopped_by_clock => format!(
+            "no verdict within --max-time ({}, and another would not have ended in time): the success rate could not be told apart from {target}",
+            count(outcome.n, "run", "runs")
+        ),
         _ => format!(
-            "{} runs (--max-runs) were not enough to tell the success rate apart from {target}",
-            outcome.n
+            "{} (--max-runs) {} not enough to tell the success rate apart from {target}",
+            count(outcome.n, "run", "runs"),
+            if outcome.n == 1 { "was" } else { "were" }
         ),
     };
     let run_time = run_times(&times, args.eps);
@@ -215,9 +223,9 @@ fn print_report(r: &SloReport) {
     };
     println!("{headline}: {}.", r.reason);
     println!(
-        "  {} runs, {} successes (estimate {}); {} confidence interval [{}, {}]",
-        r.runs,
-        r.successes,
+        "  {}, {} (estimate {}); {} confidence interval [{}, {}]",
+        count(r.runs, "run", "runs"),
+        count(r.successes, "success", "successes"),
         format_percent(r.estimate),
         format_percent(r.interval_level),
         format_percent(r.interval[0]),

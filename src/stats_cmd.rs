@@ -2,6 +2,7 @@
 
 use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use clap::ValueEnum;
 use serde::Serialize;
@@ -14,7 +15,7 @@ use spindle_stats::{
 use crate::exit::{self, usage, CliError, CliResult};
 use crate::output::print_json;
 use crate::samples::{self, Accept};
-use crate::units::{excerpt, format_percent};
+use crate::units::{count, excerpt, format_percent, format_probability, format_value};
 
 pub fn csm_cmd(n: u64, alpha: f64, successes: u64, eps: f64, json: bool) -> CliResult<u8> {
     if successes > n {
@@ -31,9 +32,17 @@ pub fn csm_cmd(n: u64, alpha: f64, successes: u64, eps: f64, json: bool) -> CliR
         successes as f64 / n as f64
     };
     let side = if estimate > alpha { "above" } else { "below" };
+    // A calculator's answer, not a verdict on a claim: "stop" (the test rejects ALPHA, on the
+    // side printed) and "continue" get codes of their own so that a script can branch on them.
+    let code = if check.stop {
+        exit::HOLDS
+    } else {
+        exit::UNDECIDED
+    };
     if json {
         #[derive(Serialize)]
         struct Out {
+            exit_code: u8,
             n: u64,
             alpha: f64,
             successes: u64,
@@ -45,6 +54,7 @@ pub fn csm_cmd(n: u64, alpha: f64, successes: u64, eps: f64, json: bool) -> CliR
             side: Option<&'static str>,
         }
         print_json(&Out {
+            exit_code: code,
             n,
             alpha,
             successes,
@@ -57,11 +67,12 @@ pub fn csm_cmd(n: u64, alpha: f64, successes: u64, eps: f64, json: bool) -> CliR
         });
     } else if check.stop {
         println!(
-            "stop: the success rate is {side} {} (estimate {}, false-positive rate < {})",
+            "stop: success rate {side} {} (estimate {}, false-positive rate < {})",
             float(alpha),
-            float(estimate),
+            format_value(estimate),
             float(eps)
         );
+        // The log level and ln(eps) keep every digit: they are the CSM post's figures.
         println!(
             "log level {} < ln(eps) = {}",
             float(check.log_level),
@@ -79,7 +90,7 @@ pub fn csm_cmd(n: u64, alpha: f64, successes: u64, eps: f64, json: bool) -> CliR
             float(log_eps)
         );
     }
-    Ok(exit::HOLDS)
+    Ok(code)
 }
 
 pub fn beta_icdf_cmd(a: u64, b: u64, alpha: f64, upper: bool, json: bool) -> CliResult<u8> {
@@ -175,16 +186,15 @@ pub struct StreamArgs {
     /// Bound on the probability of a wrong verdict, in (0, 0.5).
     #[arg(long, default_value = "1e-6", value_parser = crate::eps_parser)]
     pub eps: f64,
-    /// Lines are non-negative measurements (latencies, sizes, …); a line succeeds when its
-    /// number is below X, in the same unit as the lines (no unit suffix: 0.05 for lines in
-    /// seconds, 50 for lines in milliseconds).
-    #[arg(long, value_name = "X")]
-    pub under: Option<f64>,
+    /// Lines are times in seconds (latencies: 0.012 for 12 ms); a line succeeds when its time is
+    /// below DURATION, which needs a unit like every duration (50ms, 1.5s).
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::parse_positive_duration, allow_hyphen_values = true)]
+    pub under: Option<Duration>,
     /// Read this many lines before testing.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::positive_count_parser)]
     pub min: u64,
     /// Give up (exit 2) after this many lines.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::positive_count_parser)]
     pub max: Option<u64>,
     /// Print the post's progress log on stderr: n, estimate, credible interval, log level / −ln 10.
     #[arg(long)]
@@ -199,12 +209,8 @@ const MAX_LINE: u64 = 1 << 16;
 
 /// Reads outcomes from stdin and exits as soon as the CSM decides.
 pub fn stream_cmd(args: StreamArgs) -> CliResult<u8> {
-    if args.under.is_some_and(|x| !x.is_finite()) {
-        return Err(usage("--under must be a finite number"));
-    }
-    if args.max == Some(0) {
-        return Err(usage("--max must be at least 1"));
-    }
+    // Lines are in seconds; the limit is compared with them as written.
+    let under = args.under.map(|d| d.as_secs_f64());
     let rate_hi = args.rate_hi.unwrap_or(args.rate);
     if rate_hi < args.rate {
         return Err(usage(format!(
@@ -250,8 +256,8 @@ pub fn stream_cmd(args: StreamArgs) -> CliResult<u8> {
         if text.is_empty() || text.starts_with('#') {
             continue;
         }
-        let success = parse_outcome(text, args.under)
-            .map_err(|why| usage(format!("line {number}: {why}")))?;
+        let success =
+            parse_outcome(text, under).map_err(|why| usage(format!("line {number}: {why}")))?;
         let step = driver.observe(success);
         trace.row(&driver);
         if let Step::Done(d) = step {
@@ -313,9 +319,9 @@ pub fn stream_cmd(args: StreamArgs) -> CliResult<u8> {
             _ => "input ended before a threshold could be rejected".into(),
         };
         println!(
-            "{verdict}: {why} ({} of {} successes; confidence interval [{}, {}], credible interval [{}, {}])",
-            outcome.successes,
-            outcome.n,
+            "{verdict}: {why} ({} in {}; confidence interval [{}, {}], credible interval [{}, {}])",
+            count(outcome.successes, "success", "successes"),
+            count(outcome.n, "outcome", "outcomes"),
             pct(outcome.confidence.0),
             pct(outcome.confidence.1),
             pct(outcome.credible.0),
@@ -407,7 +413,7 @@ pub struct PowerArgs {
     #[arg(long, default_value = "1e-6", value_parser = crate::eps_parser)]
     pub eps: f64,
     /// The simulated test's budget of observations.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = crate::positive_count_parser)]
     pub max_runs: u64,
     /// The probability of deciding correctly that counts as enough.
     #[arg(long, default_value = "0.99", value_parser = crate::rate_parser)]
@@ -496,12 +502,13 @@ pub fn power_cmd(args: PowerArgs) -> CliResult<u8> {
         });
     } else {
         println!(
-            "{} runs are {verdict}: a {} driver decides correctly in {} of {} simulations \
+            "{} {} {verdict}: a {} driver decides correctly in {} of {} \
              ({} of them; confidence interval [{}, {}], credible interval [{}, {}]; target {})",
-            args.max_runs,
+            count(args.max_runs, "run", "runs"),
+            if args.max_runs == 1 { "is" } else { "are" },
             rule.as_str(),
             outer.successes,
-            outer.n,
+            count(outer.n, "simulation", "simulations"),
             format_percent(outer.estimate),
             format_percent(outer.confidence.0),
             format_percent(outer.confidence.1),
@@ -510,9 +517,9 @@ pub fn power_cmd(args: PowerArgs) -> CliResult<u8> {
             format_percent(args.target)
         );
         println!(
-            "longest decided simulation: {} runs (false-positive rate of this verdict < {})",
-            report.max_inner_n,
-            float(options.eps)
+            "longest decided simulation: {} (false-positive rate of this verdict < {})",
+            count(report.max_inner_n, "run", "runs"),
+            format_probability(options.eps)
         );
     }
     Ok(match outer.decision {
@@ -570,7 +577,12 @@ pub fn proportion_cmd(a: u64, b: u64, points: u64, json: bool) -> CliResult<u8> 
         });
     } else {
         println!("x^{a} (1-x)^{b}: x, naive product, a ln x + b ln_1p(-x), normalised to max 1");
+        // Enough decimals to tell grid points apart (0.05, 0.333), none of the noise of i/K;
+        // the other columns keep every digit, as the CSM post prints them.
+        let decimals = points.to_string().len() + 2;
         for (x, naive, log, normalised) in rows {
+            let x = format!("{x:.decimals$}");
+            let x = x.trim_end_matches('0').trim_end_matches('.');
             println!("{x} {} {} {}", float(naive), float(log), float(normalised));
         }
     }
@@ -623,7 +635,7 @@ pub struct ExactArgs {
     #[arg(long, default_value = "1e-6", value_parser = crate::eps_parser)]
     pub eps: f64,
     /// Give up (exit 2) after this many resamples.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = crate::positive_count_parser)]
     pub max_resamples: u64,
     /// Seed of the resampling.
     #[arg(long, default_value_t = 1)]
@@ -672,9 +684,6 @@ pub fn exact_cmd(args: ExactArgs) -> CliResult<u8> {
             "--alpha-hi {alpha_hi} must be at least --alpha {}",
             args.alpha
         )));
-    }
-    if args.max_resamples == 0 {
-        return Err(usage("--max-resamples must be at least 1"));
     }
     let a = samples::read(&args.a, Accept::Finite)?;
     let b = samples::read(&args.b, Accept::Finite)?;
@@ -769,38 +778,40 @@ pub fn exact_cmd(args: ExactArgs) -> CliResult<u8> {
             Decision::Above => format!("p > {}", float(known_lo)),
             Decision::Within => format!("{} < p < {}", float(known_lo), float(known_hi)),
             Decision::Undecided => format!(
-                "{} resamples (--max-resamples) could not place the p-value",
-                out.n
+                "{} (--max-resamples) could not place the p-value",
+                count(out.n, "resample", "resamples")
             ),
         };
         println!("{verdict}: {why}");
         println!(
-            "  {statistic}(A){shift} − {statistic}(B) = {} ({} and {} values); {} of {} resamples as extreme ({})",
-            float(resampler.observed()),
+            "  {statistic}(A){shift} − {statistic}(B) = {} ({} and {} values); {} of {} as extreme ({})",
+            format_value(resampler.observed()),
             a.values.len(),
             b.values.len(),
             out.successes,
-            out.n,
+            count(out.n, "resample", "resamples"),
             args.alternative.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default()
         );
         println!(
             "  p-value ≈ {}; confidence interval [{}, {}], credible interval [{}, {}]",
-            float(out.estimate),
-            float(out.confidence.0),
-            float(out.confidence.1),
-            float(out.credible.0),
-            float(out.credible.1)
+            format_value(out.estimate),
+            format_value(out.confidence.0),
+            format_value(out.confidence.1),
+            format_value(out.credible.0),
+            format_value(out.credible.1)
         );
         println!(
             "  the p-value is on the wrong side of a threshold with probability at most {} (eps); a verdict of \
              significance at level alpha is a false positive with probability at most alpha + eps",
-            float(args.eps)
+            format_probability(args.eps)
         );
     }
     Ok(code)
 }
 
-/// Shortest round-trip form, in scientific notation when plain decimals would be very long.
+/// Shortest round-trip form, in scientific notation when plain decimals would be very long: for
+/// what the user typed (it comes back as typed) and for the CSM post's figures, which are
+/// checked to the last digit. Other computed values go through [`format_value`].
 fn float(x: f64) -> String {
     if x != 0.0 && x.is_finite() && (x.abs() < 1e-5 || x.abs() >= 1e16) {
         format!("{x:e}")

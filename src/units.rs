@@ -18,6 +18,12 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let value: f64 = number.trim().parse().map_err(|_| {
         format!("cannot parse duration '{text}': expected a number followed by ns, us, ms, s, m or h (e.g. 50ms)")
     })?;
+    // Before the unit check, so that "-5" is not told to become "-5s".
+    if value < 0.0 {
+        return Err(format!(
+            "duration '{text}' is negative: durations must be positive (e.g. 50ms)"
+        ));
+    }
     let scale = match unit.trim() {
         "ns" => 1e-9,
         "us" | "µs" | "μs" => 1e-6,
@@ -37,10 +43,8 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         }
     };
     let seconds = value * scale;
-    if !seconds.is_finite() || seconds < 0.0 {
-        return Err(format!(
-            "duration '{text}' must be a non-negative, finite time"
-        ));
+    if !seconds.is_finite() {
+        return Err(format!("duration '{text}' must be a finite time"));
     }
     Duration::try_from_secs_f64(seconds).map_err(|_| format!("duration '{text}' is too long"))
 }
@@ -50,9 +54,68 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 pub fn parse_positive_duration(text: &str) -> Result<Duration, String> {
     let d = parse_duration(text)?;
     if d.is_zero() {
-        return Err(format!("duration '{text}' must be longer than zero"));
+        return Err(format!(
+            "duration '{text}' must be longer than zero: durations must be positive"
+        ));
     }
     Ok(d)
+}
+
+/// A count such as `--max-runs 100`: a whole number of at least `min`. Clap's own message for
+/// `-1` ("invalid digit found in string") does not say what is wanted.
+pub fn parse_count(text: &str, min: u64) -> Result<u64, String> {
+    let t = text.trim();
+    let wanted = if min == 0 {
+        "a whole number, 0 or more".to_string()
+    } else {
+        format!("a whole number, at least {min}")
+    };
+    match t.parse::<u64>() {
+        Ok(n) if n >= min => Ok(n),
+        Ok(_) => Err(format!("expected {wanted}")),
+        Err(_) if t.starts_with('-') => {
+            Err(format!("a count cannot be negative: expected {wanted}"))
+        }
+        Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => {
+            Err("too large: a count must be below 2^64".to_string())
+        }
+        Err(_) => Err(format!("expected {wanted}")),
+    }
+}
+
+/// `1 pair`, `2 pairs`, `0 pairs`.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// A computed value for people: four significant digits, trailing zeros dropped (`0.8333`,
+/// `0.993`, `1.5e-7`), so that no binary-to-decimal noise such as `0.8333333333333334` reaches
+/// the terminal. JSON keeps every digit.
+pub fn format_value(x: f64) -> String {
+    const DIGITS: i32 = 4;
+    if x == 0.0 || !x.is_finite() {
+        return format!("{}", if x == 0.0 { 0.0 } else { x });
+    }
+    let magnitude = x.abs().log10().floor() as i32;
+    if (-4..15).contains(&magnitude) {
+        let decimals = (DIGITS - 1 - magnitude).max(0) as usize;
+        trim_fraction(&format!("{x:.decimals$}"))
+    } else {
+        let text = format!("{x:.prec$e}", prec = (DIGITS - 1) as usize);
+        match text.split_once('e') {
+            Some((mantissa, exponent)) => format!("{}e{exponent}", trim_fraction(mantissa)),
+            None => text,
+        }
+    }
+}
+
+/// `1.2500` → `1.25`, `2.000` → `2`; integers are left alone.
+fn trim_fraction(text: &str) -> String {
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        text.to_string()
+    }
 }
 
 /// A percentage: `5%` or `5` (both 5%), `2.5%`, `0`. Returns the fraction (0.05).
@@ -177,6 +240,48 @@ mod tests {
             let err = parse_duration(bad).unwrap_err();
             assert!(err.contains(bad.trim()) || bad.is_empty(), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn negative_durations_are_refused_without_a_misleading_hint() {
+        for bad in ["-5", "-5ms", "-1s", "-0s", "-0.5"] {
+            let err = parse_positive_duration(bad).unwrap_err();
+            assert!(err.contains("must be positive"), "{bad}: {err}");
+            assert!(!err.contains("write -"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn counts() {
+        assert_eq!(parse_count("10", 1), Ok(10));
+        assert_eq!(parse_count("0", 0), Ok(0));
+        assert!(parse_count("0", 1).unwrap_err().contains("at least 1"));
+        assert!(parse_count("-1", 1)
+            .unwrap_err()
+            .contains("cannot be negative"));
+        assert!(parse_count("1.5", 1).unwrap_err().contains("whole number"));
+        assert!(parse_count("99999999999999999999", 1)
+            .unwrap_err()
+            .contains("too large"));
+        assert_eq!(count(1, "pair", "pairs"), "1 pair");
+        assert_eq!(count(0, "pair", "pairs"), "0 pairs");
+        assert_eq!(count(2, "success", "successes"), "2 successes");
+    }
+
+    #[test]
+    fn values_are_rounded_for_people() {
+        assert_eq!(format_value(0.8333333333333334), "0.8333");
+        assert_eq!(format_value(0.993), "0.993");
+        assert_eq!(format_value(1.0), "1");
+        assert_eq!(format_value(-0.9999999999999982), "-1");
+        assert_eq!(format_value(123456.0), "123456");
+        assert_eq!(format_value(10.1), "10.1");
+        assert_eq!(format_value(0.0033704), "0.00337");
+        assert_eq!(format_value(1.5e-7), "1.5e-7");
+        assert_eq!(format_value(2.2234953205868331e-7), "2.223e-7");
+        assert_eq!(format_value(0.0), "0");
+        assert_eq!(format_value(-0.0), "0");
+        assert_eq!(format_value(f64::INFINITY), "inf");
     }
 
     #[test]

@@ -96,8 +96,9 @@ fn samples_from_criterion_and_plain_files() {
     assert_eq!(code(&out), 0, "{}", stdout(&out));
     let v = json(&out);
     assert_eq!(v["verdict"], "A faster");
+    assert_eq!(v["unit"], "s");
     assert!(
-        (v["a"]["median_s"].as_f64().unwrap() - 1e-6).abs() < 3e-8,
+        (v["a"]["median"].as_f64().unwrap() - 1e-6).abs() < 3e-8,
         "{v}"
     );
 
@@ -292,7 +293,7 @@ fn stats_stream_refuses_huge_lines_and_negative_measurements_briefly() {
         stderr(&out).len()
     );
     let out = run(
-        &["--rate", "0.9", "--under", "0.05"],
+        &["--rate", "0.9", "--under", "50ms"],
         b"0.01\n-0.02\n".to_vec(),
     );
     assert_eq!(code(&out), 3);
@@ -356,4 +357,344 @@ fn stats_exact_reads_files_and_says_which_way() {
     let out = spindle(&["stats", "exact", &high, "/nonexistent/spindle"]);
     assert_eq!(code(&out), 3);
     assert!(stderr(&out).contains("cannot read"), "{}", stderr(&out));
+}
+
+/// --max-time is a bound: a pair that would end after it, judging by the pairs so far, is not
+/// started. Each pair here lasts at least 0.6 s, so after the first (which always runs) a
+/// second could not end within 1 s.
+#[test]
+fn max_time_does_not_start_a_pair_that_would_overrun() {
+    let out = spindle(&[
+        "compare",
+        "--quiet",
+        "--json",
+        "--warmup",
+        "0",
+        "--tolerance",
+        "0",
+        "--max-time",
+        "1s",
+        "--",
+        "sleep",
+        "0.3",
+        ":::",
+        "sleep",
+        "0.3",
+    ]);
+    assert_eq!(code(&out), 2, "{}", stdout(&out));
+    let v = json(&out);
+    assert_eq!(v["pairs"], 1, "{v}");
+    let reason = v["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("--max-time") && reason.contains("1 pair,"),
+        "{reason}"
+    );
+
+    // The warm-up pair counts: after 1.2 s of it, no measured pair fits in 1 s. The report says
+    // so instead of overrunning the bound by a whole pair.
+    let args = [
+        "compare",
+        "--quiet",
+        "--tolerance",
+        "0",
+        "--max-time",
+        "1s",
+        "--",
+        "sleep",
+        "0.6",
+        ":::",
+        "sleep",
+        "0.6",
+    ];
+    let out = spindle(&args);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("Undecided: no verdict within --max-time: the warm-up left no time"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\n  0 pairs in ") && !text.contains("NaN"),
+        "{text}"
+    );
+    let v = json(&spindle(&[&["compare", "--json"], &args[1..]].concat()));
+    assert_eq!(
+        (v["pairs"].as_u64(), v["median_ratio"].as_f64()),
+        (Some(0), None),
+        "{v}"
+    );
+
+    // slo: runs of at least 0.3 s; a fourth could not start before 0.9 s and end by 1 s.
+    let out = spindle(&[
+        "slo",
+        "--quiet",
+        "--json",
+        "--max-time",
+        "1s",
+        "--",
+        "sleep",
+        "0.3",
+    ]);
+    assert_eq!(code(&out), 2, "{}", stdout(&out));
+    let v = json(&out);
+    assert!(v["runs"].as_u64().unwrap() <= 3, "{v}");
+    assert!(v["reason"].as_str().unwrap().contains("--max-time"), "{v}");
+}
+
+#[test]
+fn counts_are_pluralised() {
+    let text = stdout(&spindle(&[
+        "compare",
+        "--quiet",
+        "--warmup",
+        "0",
+        "--max-runs",
+        "1",
+        "--",
+        "true",
+        ":::",
+        "true",
+    ]));
+    assert!(
+        text.contains("no verdict within 1 pair (--max-runs)"),
+        "{text}"
+    );
+    assert!(text.contains("\n  1 pair in "), "{text}");
+    assert!(text.contains("(1 sample)"), "{text}");
+    assert!(
+        !text.contains("1 pairs") && !text.contains("1 samples"),
+        "{text}"
+    );
+
+    let text = stdout(&spindle(&[
+        "slo",
+        "--quiet",
+        "--max-runs",
+        "1",
+        "--",
+        "true",
+    ]));
+    assert!(text.contains("1 run (--max-runs) was not enough"), "{text}");
+    assert!(text.contains("  1 run, 1 success "), "{text}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_spindle"))
+        .args(["stats", "stream", "--rate", "0.9"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2);
+    assert!(
+        stdout(&out).contains("(0 successes in 0 outcomes;"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// Nonsense is refused with a message that says what is wanted, and exit 3.
+#[test]
+fn nonsense_counts_and_durations_are_usage_errors() {
+    for (args, needle) in [
+        (
+            &["stats", "stream", "--rate", "0.9", "--under", "-1"][..],
+            "must be positive",
+        ),
+        (
+            &["stats", "stream", "--rate", "0.9", "--under", "0.05"][..],
+            "no unit",
+        ),
+        (
+            &["stats", "stream", "--rate", "0.9", "--under", "-5ms"][..],
+            "must be positive",
+        ),
+        (&["slo", "--min-runs", "0", "--", "true"][..], "at least 1"),
+        (
+            &["slo", "--max-runs", "-1", "--", "true"][..],
+            "cannot be negative",
+        ),
+        (
+            &["compare", "--max-runs", "-1", "--", "true", ":::", "true"][..],
+            "cannot be negative",
+        ),
+        (
+            &["compare", "--max-runs", "0", "--", "true", ":::", "true"][..],
+            "at least 1",
+        ),
+        (
+            &["compare", "--warmup", "-1", "--", "true", ":::", "true"][..],
+            "cannot be negative",
+        ),
+        (
+            &["slo", "--under", "-5ms", "--", "true"][..],
+            "must be positive",
+        ),
+        (
+            &["slo", "--under", "-5", "--", "true"][..],
+            "must be positive",
+        ),
+        (
+            &["compare", "--max-time", "-1s", "--", "true", ":::", "true"][..],
+            "must be positive",
+        ),
+        (
+            &["slo", "--timeout", "-2s", "--", "true"][..],
+            "must be positive",
+        ),
+        (
+            &["stats", "csm", "-1", "0.5", "0", "0.1"][..],
+            "cannot be negative",
+        ),
+        (&["stats", "quantile", "0", "0.5", "0.1"][..], "at least 1"),
+        (
+            &["stats", "stream", "--rate", "0.9", "--min", "0"][..],
+            "at least 1",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_spindle"))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(code(&out), 3, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        // No hint to write the value another way that is refused too ("-5s", "-- -1").
+        assert!(
+            !err.contains("write -") && !err.contains("-- -"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("invalid digit"), "{args:?}: {err}");
+    }
+}
+
+/// Numbers in a human report with more significant digits than anyone reads
+/// (`0.8333333333333334`); percentages are left alone, they state their own precision.
+fn raw_floats(text: &str) -> Vec<String> {
+    text.split_whitespace()
+        .map(|w| w.trim_matches(|c: char| "[](),;:".contains(c)))
+        .filter(|w| !w.ends_with('%') && w.parse::<f64>().is_ok())
+        .filter(|w| {
+            let mantissa = w.split(['e', 'E']).next().unwrap_or("");
+            let digits = mantissa
+                .trim_start_matches(['-', '0', '.'])
+                .replace('.', "");
+            digits.len() > 6
+        })
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn human_reports_round_their_numbers() {
+    let dir = TempDir::new("rounding");
+    let thirds = |base: f64| -> String {
+        (0..30)
+            .map(|i| format!("{}\n", base + i as f64 / 3.0))
+            .collect()
+    };
+    let (a, b) = (
+        dir.file("a.txt", &thirds(10.0)),
+        dir.file("b.txt", &thirds(10.1)),
+    );
+    for args in [
+        &["compare", "--samples", &a, &b][..],
+        &["stats", "exact", &a, &b, "--max-resamples", "300"][..],
+        &["slo", "--quiet", "--max-runs", "3", "--", "true"][..],
+        &[
+            "compare",
+            "--quiet",
+            "--max-runs",
+            "3",
+            "--",
+            "true",
+            ":::",
+            "true",
+        ][..],
+    ] {
+        let out = spindle(args);
+        assert!(code(&out) < 3, "{args:?}: {}", stderr(&out));
+        let text = stdout(&out);
+        assert_eq!(raw_floats(&text), Vec::<String>::new(), "{args:?}:\n{text}");
+    }
+    let text = stdout(&spindle(&["stats", "csm", "600", "0.5", "500", "0.3"]));
+    assert!(text.contains("estimate 0.8333,"), "{text}");
+    // The CSM post's figures keep every digit.
+    let text = stdout(&spindle(&["stats", "csm", "4000", "0.98", "3972", "0.001"]));
+    assert!(text.contains("log level -17.238559826956475 <"), "{text}");
+}
+
+/// Unpaired samples have no pairs: the report speaks of the ratio of the medians, and its JSON
+/// names its fields for what they hold.
+#[test]
+fn samples_reports_speak_of_medians_not_pairs() {
+    let dir = TempDir::new("unpaired");
+    let lines =
+        |center: f64| -> String { times(center, 40).iter().map(|t| format!("{t}\n")).collect() };
+    let (a, b) = (
+        dir.file("a.txt", &lines(2000.0)),
+        dir.file("b.txt", &lines(1000.0)),
+    );
+    let out = spindle(&["compare", "--samples", &a, &b]);
+    assert_eq!(code(&out), 1, "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(
+        !text.contains("typical pair") && !text.contains(" pairs"),
+        "{text}"
+    );
+    assert!(
+        text.starts_with("A slower: A's median is more than 5% higher than B's."),
+        "{text}"
+    );
+    assert!(text.contains("ratio of the medians A/B"), "{text}");
+    // Plain numbers are not times: no "ms" or "s" units invented for them.
+    assert!(
+        text.contains("median 2000 ") || text.contains("median 2000."),
+        "{text}"
+    );
+    assert!(!text.contains(" ms"), "{text}");
+
+    let v = json(&spindle(&["compare", "--json", "--samples", &a, &b]));
+    for gone in ["pairs", "p_a_faster", "ties", "interrupted"] {
+        assert!(v.get(gone).is_none(), "{gone}: {v}");
+    }
+    assert_eq!(v["unit"], serde_json::Value::Null);
+    assert_eq!(v["a"]["samples"], 40);
+    assert_eq!(v["b"]["source"], "plain numbers");
+    assert!(v["a"].get("median_s").is_none(), "{v}");
+    let median = v["a"]["median"].as_f64().unwrap();
+    let [lo, hi] = [0, 1].map(|i| v["a"]["median_interval"][i].as_f64().unwrap());
+    assert!(lo <= median && median <= hi, "{v}");
+
+    // Times from exports keep "median time" and a unit.
+    let new = dir.file("new.json", &hyperfine_json(&[("./new", times(0.2, 40))]));
+    let old = dir.file("old.json", &hyperfine_json(&[("./old", times(0.1, 40))]));
+    let out = spindle(&["compare", "--samples", &new, &old]);
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("A slower: A's median time is more than 5% longer than B's."),
+        "{text}"
+    );
+    assert!(text.contains("median 200 ms"), "{text}");
+    assert_eq!(
+        json(&spindle(&["compare", "--json", "--samples", &new, &old]))["unit"],
+        "s"
+    );
+}
+
+/// `stats csm` is a calculator with two answers: 0 = stop (the test rejects ALPHA), 2 = continue.
+#[test]
+fn stats_csm_exit_codes_tell_stop_from_continue() {
+    let out = spindle(&["stats", "csm", "4000", "0.98", "3972", "0.001"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    assert!(stdout(&out).starts_with("stop: success rate above 0.98"));
+    let out = spindle(&["stats", "csm", "100", "0.98", "50", "0.001"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    assert!(stdout(&out).starts_with("stop: success rate below 0.98"));
+    let out = spindle(&["stats", "csm", "1000", "0.98", "995", "0.001"]);
+    assert_eq!(code(&out), 2, "{}", stdout(&out));
+    assert!(stdout(&out).starts_with("continue:"));
+    let help = stdout(&spindle(&["stats", "csm", "--help"]));
+    assert!(
+        help.contains("0 stop") && help.contains("2 continue"),
+        "{help}"
+    );
 }

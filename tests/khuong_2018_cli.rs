@@ -53,8 +53,10 @@ fn csm_log_levels() {
         ("4000", "3972", true, -17.238559826956475),
     ] {
         let out = spindle(&["stats", "csm", n, "0.98", s, "0.001", "--json"], None);
-        assert_eq!(code(&out), 0);
+        // 0 = stop (the test rejects 0.98), 2 = continue.
+        assert_eq!(code(&out), if stop { 0 } else { 2 }, "({n}, {s})");
         let v = json(&out);
+        assert_eq!(v["exit_code"], code(&out), "({n}, {s})");
         assert_eq!(v["stop"], stop, "({n}, {s})");
         assert_eq!(f(&v["log_level"]), level, "({n}, {s})");
     }
