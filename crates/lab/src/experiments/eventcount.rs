@@ -49,7 +49,9 @@ fn plain_loop(c: &mut u64, n: u64) {
 
 /// One release store of a register-held version per iteration, in a loop of the same shape
 /// as the compiled signal loops (written in asm so that the compiler cannot unroll it into a
-/// run of stores, which would measure store throughput instead of a call).
+/// run of stores, which would measure store throughput instead of a call). The loop starts on
+/// a 64-byte boundary, so that where the linker places it cannot change what the floor costs
+/// from one build to the next.
 #[inline(never)]
 fn store_loop(c: &AtomicU64, n: u64) {
     if n == 0 {
@@ -60,6 +62,7 @@ fn store_loop(c: &AtomicU64, n: u64) {
     // aligned `mov` is an atomic (release, on x86-TSO) store.
     unsafe {
         std::arch::asm!(
+            ".p2align 6",
             "2:",
             "inc {v}",
             "mov qword ptr [{p}], {v}",

@@ -4,9 +4,11 @@
 //!
 //! T threads (unpinned: the kernel's placement is what is measured) each loop over
 //! `lock; unlock` on one shared lock. Per run: its duration (start barrier to the last
-//! thread's end), the longest wait (TSC from calling `lock` to holding it) and the longest
+//! thread's end), the longest wait (TSC from calling `lock` to holding it), the longest
 //! idle time (from the timestamp taken just before an unlock, stored under the lock, to the
-//! next acquisition by any thread; the first acquisition is skipped). T = cores and
+//! next acquisition by any thread; the first acquisition is skipped) and the mean of the four
+//! longest idle times (the post's "four longest"; the Spindle Mutex's idle guarantee is on
+//! this figure, which a single rare stall moves less than the longest). T = cores and
 //! T = 4 × cores. Iterations per thread are calibrated so that a std Mutex run lasts the
 //! profile's target (on the first visit; later visits measure the same runs); a run stops at a
 //! cap of 8 × that target and is then marked capped.
@@ -61,7 +63,8 @@ impl BenchLock for std::sync::Mutex<Slot> {
 }
 
 /// One run: `threads` × `iterations` of {lock; unlock}, stopping early past `cap_ticks`.
-/// Returns (duration ns, longest wait ns, longest idle ns, capped).
+/// Returns its duration, longest wait, longest idle time and the mean of its four longest idle
+/// times (ns), and whether it was capped.
 fn one_run(
     lock: &impl BenchLock,
     threads: usize,
@@ -71,10 +74,13 @@ fn one_run(
 ) -> Sample {
     lock.with(|s| *s = Slot::default());
     let (longest_wait, longest_idle) = (AtomicU64::new(0), AtomicU64::new(0));
+    let idle_tops = std::sync::Mutex::new(Vec::with_capacity(4 * threads));
     let capped = AtomicBool::new(false);
     let stop_at = rdtsc().saturating_add(cap_ticks);
     let span = run_together(threads, None, |_| {
-        let (mut wait, mut idle) = (0u64, 0u64);
+        let mut wait = 0u64;
+        // This thread's four longest idle times, longest first.
+        let mut top = [0u64; 4];
         for i in 0..iterations {
             if i.is_multiple_of(64) && rdtsc() > stop_at {
                 capped.store(true, Relaxed);
@@ -85,19 +91,31 @@ fn one_run(
                 let now = rdtsc();
                 wait = wait.max(now.saturating_sub(before));
                 if s.seen_unlock {
-                    idle = idle.max(now.saturating_sub(s.last_unlock));
+                    let gap = now.saturating_sub(s.last_unlock);
+                    if gap > top[3] {
+                        top[3] = gap;
+                        top.sort_unstable_by(|a, b| b.cmp(a));
+                    }
                 }
                 s.seen_unlock = true;
                 s.last_unlock = rdtsc();
             });
         }
         longest_wait.fetch_max(wait, Relaxed);
-        longest_idle.fetch_max(idle, Relaxed);
+        longest_idle.fetch_max(top[0], Relaxed);
+        idle_tops
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(&top);
     });
+    let mut tops = idle_tops.into_inner().unwrap_or_else(|e| e.into_inner());
+    tops.sort_unstable_by(|a, b| b.cmp(a));
+    let four: u64 = tops.iter().take(4).sum();
     Sample::new()
         .with("run", span.ns)
         .with("wait", longest_wait.into_inner() as f64 / ticks_per_ns)
         .with("idle", longest_idle.into_inner() as f64 / ticks_per_ns)
+        .with("idle4", four as f64 / 4.0 / ticks_per_ns)
         .capped(capped.into_inner())
 }
 
@@ -198,7 +216,8 @@ fn sections<'a>(
                 .baseline(format!("std-{level}"))
                 .metric(Metric::time("run", "run duration"))
                 .metric(Metric::time("wait", "longest wait").show_max())
-                .metric(Metric::time("idle", "longest idle").show_max()),
+                .metric(Metric::time("idle", "longest idle").show_max())
+                .metric(Metric::time("idle4", "four longest idle, mean")),
         );
         for &(id, label, run) in locks {
             let reference = REFERENCE
@@ -220,8 +239,8 @@ fn sections<'a>(
 fn claims(plan: &mut Plan<'_>) {
     plan.claim(Claim::guarantee("spindle-throughput", "At T = 4 × cores, a Spindle Mutex run takes at most 1.0 × as long as a SpinLock run (the best spinlock here)")
         .ratio("spindle-t4", "spin-t4").metric("run").at_most(1.0));
-    plan.claim(Claim::guarantee("spindle-idle", "At T = 4 × cores, a Spindle Mutex run's longest idle time is at most 1.0 × a std Mutex run's")
-        .ratio("spindle-t4", "std-t4").metric("idle").at_most(1.0));
+    plan.claim(Claim::guarantee("spindle-idle", "At T = 4 × cores, a Spindle Mutex run's four longest idle times (their mean) are at most 1.0 × a std Mutex run's")
+        .ratio("spindle-t4", "std-t4").metric("idle4").at_most(1.0));
     plan.claim(Claim::reproduction("tas-terrible", "At T = cores, a run with the terrible spinlock takes at least 2 × as long as with std's mutex", MUTEXES, "13.3 × (825 ms vs 62 ms)")
         .ratio("tas-t1", "std-t1").metric("run").at_least(2.0));
     plan.claim(
@@ -235,7 +254,7 @@ fn claims(plan: &mut Plan<'_>) {
         .metric("run")
         .at_least(1.2),
     );
-    plan.note("“SpinLock” is the post's improved spinlock (TTAS, 16 pauses, then sched_yield). Idle: the claim compares the longest idle time of one Spindle run with that of one std run of the same trial.");
+    plan.note("“SpinLock” is the post's improved spinlock (TTAS, 16 pauses, then sched_yield). Idle: the claim compares the mean of the four longest idle times of one Spindle run with that of one std run of the same trial (the post's “four longest”; one rare stall of the VM moves it less than the longest alone).");
     plan.note("The post ran latency and idle measurements in separate runs (100 and 1000 of them); here each run measures both, and “largest” is the largest per-run value over this run's trials.");
 }
 

@@ -106,9 +106,12 @@ impl Ctx<'_> {
             .enumerate()
             .map(|(m, metric)| {
                 let values: Vec<f64> = ran.iter().map(|&t| data.values[i][m][t]).collect();
+                // Only trials that ran both: past a table's minimum, a section runs only the
+                // variants its open claims compare.
                 let ratio_to_baseline = base.map(|b| {
                     let ratios: Vec<f64> = ran
                         .iter()
+                        .filter(|&&t| data.ran[b][t])
                         .map(|&t| data.values[i][m][t] / data.values[b][m][t])
                         .collect();
                     Summary::of(&ratios, self.eps)
@@ -192,7 +195,7 @@ impl Ctx<'_> {
         parameters.push(Param {
             name: "trials".into(),
             value: format!(
-                "each section runs until its claims are decided, and at least {} times for its table (at most {}), in the time the planner gives",
+                "every variant of a section runs at least {} times for its table; past that, a trial runs only the two variants of each claim still open, until it is decided (at most {} trials), in the time the planner gives",
                 l.min_trials, l.max_trials
             ),
         });

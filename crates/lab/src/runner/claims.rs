@@ -157,6 +157,11 @@ impl ClaimState {
             || (self.provisional() && self.provisional.as_ref().is_some_and(|(_, v)| *v != visit))
     }
 
+    /// The two variants whose ratio the claim bounds.
+    pub fn operands(&self) -> [usize; 2] {
+        [self.num.0, self.den.0]
+    }
+
     /// A provisional verdict, awaiting confirmation.
     pub fn provisional(&self) -> bool {
         self.frozen.is_none() && self.provisional.is_some()

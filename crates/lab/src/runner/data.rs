@@ -56,8 +56,8 @@ impl Layout {
 /// run in that trial (its section was done) or did not report the metric.
 pub(crate) struct Data {
     pub values: Vec<Vec<Vec<f64>>>,
-    /// `ran[variant][trial]`: whether the variant ran (all of a section's variants run in the
-    /// same trials).
+    /// `ran[variant][trial]`: whether the variant ran (every variant of a section until its
+    /// table has its minimum of trials; then only those an open claim compares).
     pub ran: Vec<Vec<bool>>,
     pub capped: Vec<Vec<bool>>,
     pub pooled: Vec<Vec<Vec<f64>>>,

@@ -70,7 +70,7 @@ impl Limits {
             Profile::Quick => Limits {
                 min_trials: 10,
                 target_trials: 30,
-                max_trials: 2000,
+                max_trials: 5000,
             },
             Profile::Full => Limits {
                 min_trials: 30,
@@ -293,8 +293,8 @@ impl Saved {
     }
 
     /// For each open claim: about how many more trials it needs (None: at its bound, or its
-    /// sections are at the trial cap), the seconds one trial of the sections it needs takes,
-    /// and whether it is a guarantee.
+    /// sections are at the trial cap), the seconds one run of its two variants takes, and
+    /// whether it is a guarantee.
     pub fn outlook(&self) -> Vec<Outlook> {
         let s = &self.0;
         s.claims
@@ -302,10 +302,8 @@ impl Saved {
             .filter(|c| c.is_open())
             .map(|c| {
                 let capped = c.sections.iter().any(|&sec| s.sections[sec].at_cap);
-                let trial_s = (0..s.run_seconds.len())
-                    .filter(|&v| c.sections.contains(&s.section_of[v]))
-                    .map(|v| s.run_seconds[v])
-                    .sum();
+                // Past the first pass a trial for this claim runs its two variants.
+                let trial_s = c.operands().iter().map(|&v| s.run_seconds[v]).sum();
                 Outlook {
                     trials: if capped { None } else { c.outlook() },
                     trial_s,

@@ -47,8 +47,6 @@ impl SectionState {
 pub(crate) struct State {
     /// Variant ids, to check that a later visit declares the same plan.
     pub ids: Vec<String>,
-    /// Section of each variant.
-    pub section_of: Vec<usize>,
     pub data: Data,
     pub sections: Vec<SectionState>,
     pub claims: Vec<ClaimState>,
@@ -85,7 +83,6 @@ impl State {
             .collect::<Result<_, _>>()?;
         Ok(State {
             ids: plan.variants.iter().map(|v| v.id.clone()).collect(),
-            section_of: layout.section_of.clone(),
             data: Data::new(plan, layout),
             sections: vec![SectionState::default(); plan.sections.len()],
             claims,
@@ -153,10 +150,39 @@ impl State {
         self.sections.iter().map(|s| s.done.is_none()).collect()
     }
 
-    /// Predicted wall time of a trial of the active sections.
-    pub fn predict(&self, layout: &Layout, active: &[bool]) -> Duration {
+    /// Which variants the next trial runs, given the active sections: every variant of a
+    /// section whose table still lacks `min_trials` trials (counting `pending`); past that, only
+    /// the two variants of each claim that still needs trials. A section's later trials then
+    /// cost what its open claims need (two runs) instead of a run of every rival, so a claim
+    /// close to its bound gets several times more trials in the same time. A ratio is only
+    /// taken between values of the same trial, so the variants left out cost no pairing.
+    pub fn running(
+        &self,
+        layout: &Layout,
+        active: &[bool],
+        min_trials: u64,
+        pending: &[u64],
+    ) -> Vec<bool> {
+        let mut run: Vec<bool> = (0..layout.section_of.len())
+            .map(|v| {
+                let s = layout.section_of[v];
+                let trials = self.sections[s].trials + pending.get(s).copied().unwrap_or(0);
+                active[s] && trials < min_trials
+            })
+            .collect();
+        let visit = self.visit();
+        for c in self.claims.iter().filter(|c| c.needs_trials(visit)) {
+            for v in c.operands() {
+                run[v] |= active[layout.section_of[v]];
+            }
+        }
+        run
+    }
+
+    /// Predicted wall time of a trial that runs the variants marked in `running`.
+    pub fn predict(&self, running: &[bool]) -> Duration {
         let s: f64 = (0..self.run_seconds.len())
-            .filter(|&v| active[layout.section_of[v]])
+            .filter(|&v| running[v])
             .map(|v| self.run_seconds[v])
             .sum();
         Duration::from_secs_f64(s)

@@ -537,3 +537,62 @@ fn a_visit_that_spends_its_slice_warming_up_runs_no_trial() {
     );
     assert!(r.trials > 0, "{}", r.stop_reason);
 }
+
+/// Past its table's minimum, a section's trials run only the two variants of its open claim:
+/// the rival that no claim names stops at the minimum, and its ratio to the baseline comes
+/// from the trials that ran both.
+#[test]
+fn past_the_table_only_a_claims_variants_run() {
+    let m = machine();
+    let mut session = Collect { snapshots: 0 };
+    let mut load = quiet();
+    let mut ctx = Ctx::new(
+        &m,
+        Profile::Quick,
+        1e-3,
+        info(),
+        1,
+        &mut session,
+        &mut load,
+        first(60),
+    );
+    let runs_of_x = Cell::new(0u64);
+    let ms = || std::thread::sleep(Duration::from_millis(1));
+    let mut plan = Plan::new();
+    plan.section(
+        Section::new("s", "s")
+            .baseline("b")
+            .metric(Metric::time("v", "value")),
+    );
+    plan.variant(Variant::fixed("s", "a", "a", || {
+        ms();
+        v(3.0)
+    }));
+    plan.variant(Variant::fixed("s", "b", "b", || {
+        ms();
+        v(1.0)
+    }));
+    plan.variant(Variant::fixed("s", "x", "x", || {
+        ms();
+        runs_of_x.set(runs_of_x.get() + 1);
+        v(2.0)
+    }));
+    plan.claim(ge2());
+    ctx.measure(plan).unwrap();
+    let r = ctx.result.take().unwrap();
+    let s = &r.sections[0];
+    let min = Limits::of(Profile::Quick).min_trials;
+    let runs = |id: &str| {
+        let var = s.variants.iter().find(|x| x.id == id).unwrap();
+        var.metric("v").unwrap().values.len() as u64
+    };
+    // The claim needs 15 trials; the table 10.
+    assert_eq!(runs("x"), min);
+    assert!(runs("a") >= 15 && runs("a") == runs("b"), "{}", runs("a"));
+    assert_eq!(s.trials, runs("a"));
+    // Warm-up runs once more than the trials kept.
+    assert_eq!(runs_of_x.get(), min + 1);
+    let x = s.variants.iter().find(|x| x.id == "x").unwrap();
+    let ratio = x.metric("v").unwrap().ratio_to_baseline.unwrap();
+    assert_eq!((ratio.n, ratio.median), (min, 2.0));
+}

@@ -54,7 +54,9 @@ impl Ctx<'_> {
         layout: &Layout,
         state: &mut State,
     ) -> bool {
-        let active = state.active_sections(self.limits().min_trials, self.limits().max_trials, &[]);
+        let limits = self.limits();
+        let active = state.active_sections(limits.min_trials, limits.max_trials, &[]);
+        let running = state.running(layout, &active, limits.min_trials, &[]);
         let target = self.run_target(plan.variants.len()) / plan.run_divisor.max(1);
         let calibrating = state.work.is_none();
         let mut work = state
@@ -69,7 +71,7 @@ impl Ctx<'_> {
             if self.elapsed() >= self.slice {
                 return false;
             }
-            if !calibrating && !active[layout.section_of[i]] {
+            if !calibrating && !running[i] {
                 continue;
             }
             let what = if calibrating {
@@ -126,7 +128,8 @@ impl Ctx<'_> {
             if !active.contains(&true) {
                 break format!("every section finished ({ran} trials in this visit)");
             }
-            let next = state.predict(layout, &active);
+            let running = state.running(layout, &active, limits.min_trials, &pending);
+            let next = state.predict(&running);
             if self.elapsed() >= self.slice || (ran > 0 && self.elapsed() + next > self.slice) {
                 break format!(
                     "its {:.0} s were spent ({ran} trials in this visit)",
@@ -136,7 +139,7 @@ impl Ctx<'_> {
             if self.stop_requested() {
                 break format!("interrupted ({ran} trials in this visit)");
             }
-            let Some(trial) = self.one_trial(plan, layout, state, active) else {
+            let Some(trial) = self.one_trial(plan, state, active, &running) else {
                 break format!("interrupted ({ran} trials in this visit)");
             };
             window.trials.push(trial);
@@ -158,18 +161,16 @@ impl Ctx<'_> {
         reason
     }
 
-    /// Every variant of the active sections once, in a fresh random order. None when the
-    /// user stopped in the middle (an incomplete trial is not kept).
+    /// Every variant marked in `running` once, in a fresh random order. None when the user
+    /// stopped in the middle (an incomplete trial is not kept).
     fn one_trial(
         &mut self,
         plan: &mut Plan<'_>,
-        layout: &Layout,
         state: &mut State,
         active: Vec<bool>,
+        running: &[bool],
     ) -> Option<Pending> {
-        let mut order: Vec<usize> = (0..plan.variants.len())
-            .filter(|&v| active[layout.section_of[v]])
-            .collect();
+        let mut order: Vec<usize> = (0..plan.variants.len()).filter(|&v| running[v]).collect();
         self.rng.shuffle(&mut order);
         let work = state.work.clone().expect("prepared");
         let mut samples: Vec<Option<Sample>> = (0..plan.variants.len()).map(|_| None).collect();
