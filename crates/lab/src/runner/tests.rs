@@ -218,9 +218,10 @@ fn claims_are_decided_confirmed_and_sections_stop() {
     );
     assert_eq!(r.claims[1].verdict, Verdict::Violated);
     assert_eq!(saved.open_claims(), 0);
-    // Robbins' sequence needs 15 trials all on one side at ε = 10⁻³: the figures are those of
-    // the deciding trial; the confirmation lists each visit's batch.
-    assert_eq!(r.claims[0].trials, 15);
+    // Robbins' sequence needs 17 trials all on one side at ε/2 = 5 × 10⁻⁴ (half of ε is kept
+    // for a restart): the figures are those of the deciding trial; the confirmation lists each
+    // visit's batch.
+    assert_eq!(r.claims[0].trials, 17);
     assert_eq!(r.claims[0].ratio.median, 3.0);
     assert_eq!(r.claims[0].confirmation.len(), 2);
     assert!(r.claims[0].confirmation[1].0 >= 10);
@@ -595,4 +596,37 @@ fn past_the_table_only_a_claims_variants_run() {
     let x = s.variants.iter().find(|x| x.id == "x").unwrap();
     let ratio = x.metric("v").unwrap().ratio_to_baseline.unwrap();
     assert_eq!((ratio.n, ratio.median), (min, 2.0));
+}
+
+/// A ratio that moves during the run: the first trials straddle the top of the band (half at
+/// the bound, half 50% beyond it), the later ones sit far inside. The gate learns "not below
+/// the band" from the first and "not above it" from the later ones and would stop at "too close
+/// to call" with its trials' median far inside; the claim restarts its test instead, and holds
+/// on the trials since.
+#[test]
+fn a_ratio_that_moves_restarts_the_test_instead_of_calling_it_close() {
+    let m = machine();
+    let a = |t: u64| match t {
+        ..=40 if t.is_multiple_of(2) => v(3.0),
+        ..=40 => v(2.0),
+        _ => v(1.0),
+    };
+    let claim = || {
+        vec![Claim::guarantee("le", "a ≤ 2 b")
+            .ratio("a", "b")
+            .at_most(2.0)]
+    };
+    let (_, saved) = run(&m, &mut quiet(), first(60), a, |_| v(1.0), claim());
+    let (r, _) = run(
+        &m,
+        &mut quiet(),
+        later(60, saved),
+        |_| v(1.0),
+        |_| v(1.0),
+        claim(),
+    );
+    let c = &r.claims[0];
+    assert_eq!(c.verdict, Verdict::Holds, "{}", c.explanation);
+    assert!(c.explanation.contains("restarted"), "{}", c.explanation);
+    assert_eq!(c.ratio.median, 1.0);
 }
