@@ -107,8 +107,9 @@ fn lab_smoke_runs_every_experiment_with_a_complete_report() {
             kinds.insert(c["kind"].as_str().unwrap().to_string());
         }
         for s in e["sections"].as_array().unwrap() {
-            // Each section runs in the trials it needs: its variants have one value per trial
-            // of the section, and it says why it stopped.
+            // Each section runs in the trials it needs, and says why it stopped: every variant
+            // in its first trials (the table's minimum: 2 in the smoke profile), then only
+            // those its open claims compare.
             let trials = s["trials"].as_u64().unwrap();
             assert!(trials <= e["trials"].as_u64().unwrap());
             assert!(
@@ -117,8 +118,12 @@ fn lab_smoke_runs_every_experiment_with_a_complete_report() {
                 s["id"]
             );
             for var in s["variants"].as_array().unwrap() {
-                let m = &var["metrics"][0];
-                assert_eq!(m["values"].as_array().unwrap().len() as u64, trials);
+                let ran = var["metrics"][0]["values"].as_array().unwrap().len() as u64;
+                assert!(
+                    ran <= trials && ran >= trials.min(2),
+                    "{} ran {ran} of {trials} trials",
+                    var["id"]
+                );
             }
         }
         // The planner's visits add up to the experiment's trials.
