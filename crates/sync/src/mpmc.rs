@@ -77,8 +77,16 @@
 //!
 //! **Disconnection** (as crossbeam-channel): when the last `Sender` or the last `Receiver`
 //! goes, `DISCONNECTED` is set in `tail` and both event counts are signalled. Senders then fail
-//! at once; receivers take what is left and then fail. The items still in the channel when the
-//! last handle goes are dropped, each once.
+//! at once; receivers take what is left and then fail. When the last `Receiver` goes, it drops
+//! the items still in the channel at once (waiting for a sender in flight to finish writing
+//! one); items left when the last `Sender` goes stay for the receivers. Each item is dropped
+//! once.
+//!
+//! **`try_*` are linearizable.** A `try_recv` that finds the head slot claimed by a sender
+//! still writing it waits (yields, then naps) instead of answering `Empty`: that sender's
+//! value may be behind a completed send the caller knows of. `try_send` waits the same way for
+//! a receiver still moving a value out. So `Empty` and `Full` are answered only at the loads
+//! that show `head == tail` and `head + one_lap == tail`.
 //!
 //! **Orderings.** The claims are `SeqCst` CAS (any `lock`ed instruction on x86); the stamp
 //! stores are `Release` and the stamp loads `Acquire`, which hands each value from its sender
@@ -113,8 +121,8 @@ const DISCONNECTED: u64 = 2;
 const SHIFT: u32 = 2;
 /// Indices are counted modulo 2^62 (they live in bits 2..64 of a word and in the stamps).
 const INDEX_MASK: u64 = u64::MAX >> SHIFT;
-/// How many times a `try_*` re-reads a slot whose other side is in flight before it answers
-/// Full / Empty.
+/// How many times the slot protocol re-reads a slot whose other side is in flight before it
+/// reports that (the public `try_*` then yield and nap until it settles; see [`settle`]).
 #[cfg(not(loom))]
 const IN_FLIGHT_SPINS: u32 = 64;
 #[cfg(loom)]
@@ -359,6 +367,31 @@ impl<T> Chan<T> {
         }
     }
 
+    /// [`Self::try_send`], waiting out a receiver in flight: `Full` only when the channel is.
+    fn try_send_settled(&self, mut value: T) -> Result<(), Blocked<T>> {
+        let mut pauses = 0;
+        loop {
+            match self.try_send(value) {
+                Err(Blocked::InFlight(v)) => {
+                    value = v;
+                    settle(&mut pauses);
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// [`Self::try_recv`], waiting out a sender in flight: `Empty` only when the channel is.
+    fn try_recv_settled(&self) -> Result<T, Blocked<()>> {
+        let mut pauses = 0;
+        loop {
+            match self.try_recv() {
+                Err(Blocked::InFlight(())) => settle(&mut pauses),
+                r => return r,
+            }
+        }
+    }
+
     fn disconnect(&self) {
         self.tail.fetch_or(DISCONNECTED, SeqCst);
         self.not_empty.increment();
@@ -382,6 +415,21 @@ impl<T> Chan<T> {
             };
         }
     }
+}
+
+/// One pause of a `try_*` that found the other side of its slot in flight (claimed, not yet
+/// written or moved out): a few `sched_yield`s, for an operation that shares our CPU, then
+/// naps of 50 µs doubling to 1 ms, for one whose thread was preempted in that window of a few
+/// instructions. (crossbeam-channel's `try_recv` waits the same way: answering `Empty` while
+/// a completed send's value sits behind a slot in flight is not linearizable.)
+fn settle(pauses: &mut u32) {
+    *pauses += 1;
+    if cfg!(loom) || *pauses <= 4 {
+        yield_now();
+        return;
+    }
+    let micros = 50u64 << (*pauses - 5).min(5);
+    std::thread::sleep(Duration::from_micros(micros.min(1000)));
 }
 
 /// Wait on `ec` past version `e`: until the deadline if the other side is settled, in short
@@ -438,10 +486,11 @@ pub struct Receiver<T> {
 }
 
 impl<T> Sender<T> {
-    /// Send without blocking. `Full` also when the slot's previous value is still being moved
-    /// out by a receiver that claimed it.
+    /// Send without blocking: `Full` only when every slot holds a value. A slot whose value a
+    /// receiver has claimed but not yet moved out is waited for (a few instructions, or naps
+    /// if that receiver's thread was preempted in between), as crossbeam-channel does.
     pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
-        self.chan.try_send(value).map_err(|e| match e {
+        self.chan.try_send_settled(value).map_err(|e| match e {
             Blocked::Settled(v) | Blocked::InFlight(v) => TrySendError::Full(v),
             Blocked::Disconnected(v) => TrySendError::Disconnected(v),
         })
@@ -496,10 +545,12 @@ impl<T> Sender<T> {
 }
 
 impl<T> Receiver<T> {
-    /// Receive without blocking. `Empty` also when the next value's sender has claimed its slot
-    /// and not finished writing.
+    /// Receive without blocking: `Empty` only when no value has been sent that is not yet
+    /// received. A value whose sender has claimed its slot but not finished writing is waited
+    /// for (a few instructions, or naps if that sender's thread was preempted in between), as
+    /// crossbeam-channel does.
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
-        self.chan.try_recv().map_err(|e| match e {
+        self.chan.try_recv_settled().map_err(|e| match e {
             Blocked::Settled(()) | Blocked::InFlight(()) => TryRecvError::Empty,
             Blocked::Disconnected(()) => TryRecvError::Disconnected,
         })
@@ -579,9 +630,17 @@ impl<T> Drop for Sender<T> {
 }
 
 impl<T> Drop for Receiver<T> {
+    /// The last receiver disconnects, then drops the values still queued at once (as
+    /// crossbeam-channel does), not when the last sender goes: what they hold (a file, a
+    /// socket, an `Rc`) is released as soon as nobody can receive it. After `DISCONNECTED` no
+    /// sender can claim an index (its CAS compares the whole `tail` word), so the values to drop
+    /// are those of the indices claimed before; a sender still writing one is waited for.
     fn drop(&mut self) {
         if self.chan.receivers.fetch_sub(1, AcqRel) == 1 {
             self.chan.disconnect();
+            while let Ok(value) = self.chan.try_recv_settled() {
+                drop(value);
+            }
         }
     }
 }
@@ -759,6 +818,40 @@ mod loom_models {
                 s.join().unwrap();
             }
             assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+        });
+    }
+
+    /// `try_recv` is linearizable: a sender may be in flight on the head slot (claimed, not yet
+    /// written) while a later send completes; a `try_recv` that knows of the completed send must
+    /// get a value, not `Empty`; and the last receiver's drop, which drains the queue, ends.
+    /// (Under loom a spin is a yield that lets the in-flight sender finish, so this model does
+    /// not tell the waiting `try_recv` from one that answers `Empty` after a bounded spin; the
+    /// stress test `mpmc_try_recv_and_try_send_are_linearizable` does.)
+    #[test]
+    fn mpmc_try_recv_after_a_completed_send_finds_a_value() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.check(|| {
+            let (tx, rx) = channel::<u32>(2);
+            let sent = Arc::new(crate::primitives::AtomicBool::new(false));
+            let early = {
+                let tx = tx.clone();
+                thread::spawn(move || tx.send(1).unwrap())
+            };
+            let late = {
+                let sent = sent.clone();
+                thread::spawn(move || {
+                    tx.send(2).unwrap();
+                    sent.store(true, Release);
+                })
+            };
+            while !sent.load(Acquire) {
+                thread::yield_now();
+            }
+            assert!(rx.try_recv().is_ok(), "Empty after a completed send");
+            early.join().unwrap();
+            late.join().unwrap();
+            drop(rx);
         });
     }
 

@@ -384,3 +384,92 @@ fn rings_disconnect_wakes_blocked_sides() {
         });
     }
 }
+
+/// `try_recv` and `try_send` are linearizable (crossbeam-channel's test logic, written anew):
+/// T threads on a channel of capacity 4 each `send(0)` then `try_recv()`; every `try_recv`
+/// follows a completed send whose message no other thread can take without leaving its own,
+/// so none may answer `Empty`. The mirror: a full channel, each thread `recv()` then
+/// `try_send(0)`, none may answer `Full`. T oversubscribes the CPUs 2–4 × (at least 4), so
+/// threads are preempted between claiming a slot and finishing with it.
+#[test]
+fn mpmc_try_recv_and_try_send_are_linearizable() {
+    const CAP: usize = 4;
+    let threads = common::per_cpu(2, 4).min(4 * common::cpus());
+    let rounds = 25_000 / threads as u64 + 1000;
+    let limit = common::time_limit();
+    let started = Instant::now();
+    let (false_empty, false_full) = (AtomicU64::new(0), AtomicU64::new(0));
+    let (tx, rx) = mpmc::channel::<u64>(CAP);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            let (tx, rx, false_empty) = (tx.clone(), rx.clone(), &false_empty);
+            s.spawn(move || {
+                for _ in 0..rounds {
+                    if started.elapsed() > limit {
+                        break;
+                    }
+                    tx.send(0).unwrap();
+                    if rx.try_recv() == Err(mpmc::TryRecvError::Empty) {
+                        false_empty.fetch_add(1, Relaxed);
+                        rx.recv().unwrap(); // keep the balance
+                    }
+                }
+            });
+        }
+    });
+    assert!(rx.is_empty());
+    for _ in 0..CAP {
+        tx.send(0).unwrap();
+    }
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            let (tx, rx, false_full) = (tx.clone(), rx.clone(), &false_full);
+            s.spawn(move || {
+                for _ in 0..rounds {
+                    if started.elapsed() > 2 * limit {
+                        break;
+                    }
+                    rx.recv().unwrap();
+                    if let Err(mpmc::TrySendError::Full(v)) = tx.try_send(0) {
+                        false_full.fetch_add(1, Relaxed);
+                        tx.send(v).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(false_empty.load(Relaxed), 0, "try_recv answered Empty");
+    assert_eq!(false_full.load(Relaxed), 0, "try_send answered Full");
+}
+
+/// Dropping the last receiver drops the queued messages at once, senders still alive; later
+/// sends fail and hand their value back; each message is dropped exactly once.
+#[test]
+fn mpmc_last_receiver_drops_queued_messages() {
+    let token = std::sync::Arc::new(());
+    let (tx, rx) = mpmc::channel::<std::sync::Arc<()>>(8);
+    let rx2 = rx.clone();
+    for _ in 0..5 {
+        tx.send(token.clone()).unwrap();
+    }
+    assert_eq!(std::sync::Arc::strong_count(&token), 6);
+    drop(rx);
+    assert_eq!(
+        std::sync::Arc::strong_count(&token),
+        6,
+        "a receiver is left"
+    );
+    drop(rx2);
+    assert_eq!(
+        std::sync::Arc::strong_count(&token),
+        1,
+        "queued messages outlived the receivers"
+    );
+    match tx.send(token.clone()) {
+        Err(mpmc::SendError(v)) => drop(v),
+        Ok(()) => panic!("sent with no receiver"),
+    }
+    assert_eq!(std::sync::Arc::strong_count(&token), 1);
+    drop(tx);
+    assert_eq!(std::sync::Arc::strong_count(&token), 1);
+}
