@@ -518,9 +518,9 @@ impl<T> Sender<T> {
         self.chan.send_deadline(value, deadline)
     }
 
-    /// The number of slots.
-    pub fn capacity(&self) -> usize {
-        self.chan.capacity()
+    /// The number of slots: `Some`, as crossbeam-channel says of a bounded channel.
+    pub fn capacity(&self) -> Option<usize> {
+        Some(self.chan.capacity())
     }
 
     /// Values in the channel now.
@@ -535,7 +535,7 @@ impl<T> Sender<T> {
 
     /// Whether the channel is full now.
     pub fn is_full(&self) -> bool {
-        self.len() == self.capacity()
+        self.len() == self.chan.capacity()
     }
 
     /// Whether the other side (every receiver) is gone.
@@ -572,14 +572,21 @@ impl<T> Receiver<T> {
         self.chan.recv_deadline(deadline)
     }
 
-    /// A blocking iterator that ends when every sender is gone and the channel is empty.
-    pub fn iter(&self) -> impl Iterator<Item = T> + '_ {
-        std::iter::from_fn(move || self.recv().ok())
+    /// A blocking iterator that ends when every sender is gone and the channel is empty (also
+    /// `for x in &rx`).
+    pub fn iter(&self) -> Iter<'_, T> {
+        Iter { rx: self }
     }
 
-    /// The number of slots.
-    pub fn capacity(&self) -> usize {
-        self.chan.capacity()
+    /// An iterator over the values in the channel now: it ends at the first `try_recv` that
+    /// finds nothing, without blocking.
+    pub fn try_iter(&self) -> TryIter<'_, T> {
+        TryIter { rx: self }
+    }
+
+    /// The number of slots: `Some`, as crossbeam-channel says of a bounded channel.
+    pub fn capacity(&self) -> Option<usize> {
+        Some(self.chan.capacity())
     }
 
     /// Values in the channel now.
@@ -594,7 +601,7 @@ impl<T> Receiver<T> {
 
     /// Whether the channel is full now.
     pub fn is_full(&self) -> bool {
-        self.len() == self.capacity()
+        self.len() == self.chan.capacity()
     }
 
     /// Whether the other side (every sender) is gone.
@@ -644,6 +651,69 @@ impl<T> Drop for Receiver<T> {
         }
     }
 }
+
+/// [`Receiver::iter`]: blocks for each value; ends when every sender is gone and the channel is
+/// empty.
+#[derive(Debug)]
+pub struct Iter<'a, T> {
+    rx: &'a Receiver<T>,
+}
+
+impl<T> Iterator for Iter<'_, T> {
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        self.rx.recv().ok()
+    }
+}
+
+/// [`Receiver::try_iter`]: the values in the channel now, without blocking.
+#[derive(Debug)]
+pub struct TryIter<'a, T> {
+    rx: &'a Receiver<T>,
+}
+
+impl<T> Iterator for TryIter<'_, T> {
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        self.rx.try_recv().ok()
+    }
+}
+
+/// A receiver consumed into a blocking iterator (`for x in rx`).
+#[derive(Debug)]
+pub struct IntoIter<T> {
+    rx: Receiver<T>,
+}
+
+impl<T> Iterator for IntoIter<T> {
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        self.rx.recv().ok()
+    }
+}
+
+impl<'a, T> IntoIterator for &'a Receiver<T> {
+    type Item = T;
+    type IntoIter = Iter<'a, T>;
+    fn into_iter(self) -> Iter<'a, T> {
+        self.iter()
+    }
+}
+
+impl<T> IntoIterator for Receiver<T> {
+    type Item = T;
+    type IntoIter = IntoIter<T>;
+    fn into_iter(self) -> IntoIter<T> {
+        IntoIter { rx: self }
+    }
+}
+
+// As crossbeam-channel's and std's: a panic cannot leave a channel half-updated (every slot
+// changes hands by one CAS and one stamp store), so handles may cross `catch_unwind`.
+impl<T> std::panic::UnwindSafe for Sender<T> {}
+impl<T> std::panic::RefUnwindSafe for Sender<T> {}
+impl<T> std::panic::UnwindSafe for Receiver<T> {}
+impl<T> std::panic::RefUnwindSafe for Receiver<T> {}
 
 impl<T> std::fmt::Debug for Sender<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -758,6 +828,39 @@ mod tests {
             assert_eq!(LIVE.load(SeqCst), 3);
         }
         assert_eq!(LIVE.load(SeqCst), 0, "the channel dropped what was left");
+    }
+
+    /// crossbeam-channel's iterators, capacity and unwind safety.
+    #[test]
+    fn mpmc_iterators_capacity_and_unwind_safety() {
+        fn unwind_safe<X: std::panic::UnwindSafe + std::panic::RefUnwindSafe>(_: &X) {}
+        let (tx, rx) = channel::<u32>(4);
+        unwind_safe(&tx);
+        unwind_safe(&rx);
+        assert_eq!((tx.capacity(), rx.capacity()), (Some(4), Some(4)));
+        for i in 0..3 {
+            tx.send(i).unwrap();
+        }
+        assert_eq!(rx.try_iter().collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(rx.try_iter().next(), None, "try_iter does not block");
+        tx.send(3).unwrap();
+        tx.send(4).unwrap();
+        let mut by_ref = Vec::new();
+        for x in &rx {
+            by_ref.push(x);
+            if by_ref.len() == 2 {
+                break;
+            }
+        }
+        assert_eq!(by_ref, [3, 4]);
+        let producer = std::thread::spawn(move || {
+            for i in 5..10 {
+                tx.send(i).unwrap();
+            }
+        });
+        let owned: Vec<u32> = rx.into_iter().collect();
+        producer.join().unwrap();
+        assert_eq!(owned, [5, 6, 7, 8, 9], "ends when the sender is gone");
     }
 
     #[test]
