@@ -254,6 +254,20 @@ fn next(pos: usize, cap: usize) -> usize {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TooFew(pub usize);
 
+/// [`Consumer::peek`] found no item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeekError {
+    /// The ring is empty.
+    Empty,
+}
+
+impl std::fmt::Display for PeekError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the ring is empty")
+    }
+}
+impl std::error::Error for PeekError {}
+
 impl std::fmt::Display for TooFew {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "only {} slots or items are available", self.0)
@@ -510,6 +524,24 @@ impl<T> Consumer<T> {
         self.shared.written.value() & GONE != 0
     }
 
+    /// Readable items now (rtrb's name for [`len`](Self::len) on this side).
+    pub fn slots(&self) -> usize {
+        self.len()
+    }
+
+    /// The next item, left in the ring: `Err(PeekError::Empty)` if there is none (whether or
+    /// not the producer is gone), as rtrb's `peek`.
+    pub fn peek(&self) -> Result<&T, PeekError> {
+        let tail = self.shared.written.value() >> 1;
+        if tail == self.head {
+            return Err(PeekError::Empty);
+        }
+        // SAFETY: slot `pos` holds item `head`, written before the version loaded above with
+        // Acquire. It stays there while the reference lives: only this consumer frees a slot,
+        // by popping, which needs `&mut self`.
+        Ok(unsafe { (*self.shared.slot(self.pos)).assume_init_ref() })
+    }
+
     /// Readable items by the cached tail, reloading it if fewer than `want`; and whether the
     /// producer is gone (known only when it reloaded).
     #[inline]
@@ -754,6 +786,29 @@ impl<T> std::fmt::Debug for Consumer<T> {
 mod tests {
     use super::*;
     use std::rc::Rc;
+
+    /// rtrb's `peek` and `slots`: peek leaves the item, sees what the producer pushed, and
+    /// answers Empty on an empty ring, abandoned or not.
+    #[test]
+    fn spsc_peek_and_slots_as_rtrb() {
+        let (mut tx, mut rx) = ring::<String>(2);
+        assert_eq!(rx.peek(), Err(PeekError::Empty));
+        tx.push("a".into()).unwrap();
+        tx.push("b".into()).unwrap();
+        assert_eq!((tx.slots(), rx.slots()), (0, 2));
+        assert_eq!(rx.peek().map(String::as_str), Ok("a"));
+        assert_eq!(
+            rx.peek().map(String::as_str),
+            Ok("a"),
+            "peek leaves the item"
+        );
+        assert_eq!(rx.pop().unwrap(), "a");
+        assert_eq!(rx.peek().map(String::as_str), Ok("b"));
+        drop(tx);
+        assert_eq!(rx.pop().unwrap(), "b");
+        assert_eq!(rx.peek(), Err(PeekError::Empty));
+        assert_eq!(PeekError::Empty.to_string(), "the ring is empty");
+    }
 
     #[test]
     fn spsc_push_pop_in_order_and_full_empty() {
