@@ -97,12 +97,14 @@ crate::channel::errors! {
 const INDEX_MASK: u64 = u64::MAX >> 1;
 const GONE: u64 = 1;
 
-/// A new ring of `capacity` slots: its producer and its consumer.
+/// A new ring of `capacity` slots: its producer and its consumer. A ring of capacity 0 is
+/// accepted, as rtrb accepts one: it is always full and always empty (`try_push` answers
+/// `Full`, `try_pop` `Empty`, and the blocking forms wait until the other side goes or their
+/// deadline passes).
 ///
 /// # Panics
-/// If `capacity` is 0, or the slots would not fit in memory (as `Vec::with_capacity` does).
+/// If the slots would not fit in memory (as `Vec::with_capacity` does).
 pub fn ring<T>(capacity: usize) -> (Producer<T>, Consumer<T>) {
-    assert!(capacity > 0, "a ring needs at least one slot");
     let slots: Box<[UnsafeCell<MaybeUninit<T>>]> = (0..capacity)
         .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
         .collect();
@@ -170,6 +172,9 @@ impl<T> Drop for Shared<T> {
         let tail = self.written.value() >> 1;
         let n = tail.wrapping_sub(head) & INDEX_MASK;
         let cap = self.capacity();
+        if n == 0 {
+            return; // also the ring of capacity 0, whose positions are undefined
+        }
         let mut pos = (head % cap as u64) as usize;
         for _ in 0..n {
             // SAFETY: slots [head, tail) hold initialised items nobody else can reach.
@@ -786,6 +791,29 @@ impl<T> std::fmt::Debug for Consumer<T> {
 mod tests {
     use super::*;
     use std::rc::Rc;
+
+    /// A ring of capacity 0, as rtrb's: always full, always empty; blocking forms wait for
+    /// their deadline or for the other side to go.
+    #[test]
+    fn spsc_capacity_zero_is_always_full_and_empty() {
+        let (mut tx, mut rx) = ring::<u8>(0);
+        assert_eq!((tx.capacity(), tx.slots(), rx.slots()), (0, 0, 0));
+        assert_eq!(tx.try_push(1), Err(TryPushError::Full(1)));
+        assert_eq!(rx.try_pop(), Err(TryPopError::Empty));
+        assert_eq!(rx.peek(), Err(PeekError::Empty));
+        let short = Duration::from_millis(2);
+        assert_eq!(tx.push_timeout(2, short), Err(PushTimeoutError::Timeout(2)));
+        assert_eq!(rx.pop_timeout(short), Err(PopTimeoutError::Timeout));
+        assert!(matches!(tx.write_chunk_uninit(1), Err(TooFew(0))));
+        assert!(tx.write_chunk_uninit(0).is_ok());
+        assert_eq!(tx.push_slice(&[1, 2]), 0);
+        assert!(matches!(rx.read_chunk(1), Err(TooFew(0))));
+        drop(rx);
+        assert_eq!(tx.push(3), Err(PushError(3)));
+        let (tx, mut rx) = ring::<u8>(0);
+        drop(tx);
+        assert_eq!(rx.pop(), Err(PopError));
+    }
 
     /// rtrb's `peek` and `slots`: peek leaves the item, sees what the producer pushed, and
     /// answers Empty on an empty ring, abandoned or not.

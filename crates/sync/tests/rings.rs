@@ -26,6 +26,15 @@ use common::{time_limit, Rng};
 
 const PATIENCE: Duration = Duration::from_secs(5);
 
+/// The MPMC tests each oversubscribe the CPUs on their own; run side by side (cargo runs a
+/// file's tests in parallel) they would multiply that, and under 6 × or more the channel stress
+/// test sees a receiver wait out its 5 s patience (also with the code before the linearizable
+/// `try_*`, and beside CPU hogs: an open question, noted for issue 20). One at a time.
+fn mpmc_alone() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn messages() -> u64 {
     std::env::var("SPINDLE_STRESS_MESSAGES")
         .ok()
@@ -202,6 +211,7 @@ fn spsc_ring_stress_order_no_loss_no_lost_wakeup() {
 
 #[test]
 fn mpmc_channel_stress_no_loss_no_dup_no_lost_wakeup() {
+    let _alone = mpmc_alone();
     // 4 threads per CPU: half senders, half receivers (at least 4 + 4).
     let threads = common::per_cpu(4, 8);
     let (senders, receivers) = (threads / 2, threads - threads / 2);
@@ -393,6 +403,7 @@ fn rings_disconnect_wakes_blocked_sides() {
 /// threads are preempted between claiming a slot and finishing with it.
 #[test]
 fn mpmc_try_recv_and_try_send_are_linearizable() {
+    let _alone = mpmc_alone();
     const CAP: usize = 4;
     let threads = common::per_cpu(2, 4).min(4 * common::cpus());
     let rounds = 25_000 / threads as u64 + 1000;
