@@ -128,8 +128,9 @@
 //!    `pause`s, whose length differs by an order of magnitude between cores), so it usually
 //!    sees that version and does not sleep. Usually, not always: on 2-vCPU KVM guests
 //!    `tests/eventcount.rs`, which provokes this race a million times, sees a few late
-//!    wake-ups per million races (Zen 3: 0–8, with the 2 µs watch or without it, and none of
-//!    a burst's 1–4 stores visible during the whole watch). It asserts that they stay rare.
+//!    wake-ups per million races, with the watch or without it, and in them none of a burst's
+//!    stores became visible during the whole watch. It asserts that they stay rare (at most
+//!    one per 10⁴ races).
 //! 3. (2) is what hardware does, not what the architecture promises; what it promises is that
 //!    every interrupt — the timer tick reaches every CPU several times a second — drains the
 //!    store buffer on entry. So a store that missed the watch becomes visible well within a
