@@ -24,7 +24,7 @@
 //! Spindle's [`Mutex`] (v2) is meant to be the default: the lab's guarantees are that at
 //! T = cores and T = 4 × cores its runs take at most as long as std's, parking_lot's and the
 //! futex mutex's, and its four longest waits and idle times are at most std's. On the 2-vCPU
-//! Zen 4 VM of this version's runs it beat std and the futex mutex by 1.4–1.6× at both thread
+//! Zen 4 VM of this version's runs it beat std and the futex mutex by 1.37–1.66× at both thread
 //! counts with shorter waits, and ran level with parking_lot (ratio 1.01–1.07: the
 //! parking_lot guarantees were not met there); it has not been measured on a many-core
 //! machine yet. On the earlier machines (`docs/results.md`, version 1 of this lock)
