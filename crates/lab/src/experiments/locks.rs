@@ -6,9 +6,11 @@
 //! `lock; unlock` on one shared lock. Per run: its duration (start barrier to the last
 //! thread's end), the longest wait (TSC from calling `lock` to holding it), the longest
 //! idle time (from the timestamp taken just before an unlock, stored under the lock, to the
-//! next acquisition by any thread; the first acquisition is skipped) and the mean of the four
-//! longest idle times (the post's "four longest"; the Spindle Mutex's idle guarantee is on
-//! this figure, which a single rare stall moves less than the longest). T = cores and
+//! next acquisition by any thread; the first acquisition is skipped), and the means of the four
+//! longest waits and of the four longest idle times (the post's "four longest"; the Spindle
+//! Mutex's wait and idle guarantees are on these, which a single rare stall moves less than the
+//! longest). The Mutex's run guarantees compare it with each sleeping lock a user would
+//! otherwise take: std's, parking_lot's and the 3-state futex mutex. T = cores and
 //! T = 4 × cores. Iterations per thread are calibrated so that a std Mutex run lasts the
 //! profile's target (on the first visit; later visits measure the same runs); a run stops at a
 //! cap of 8 × that target and is then marked capped.

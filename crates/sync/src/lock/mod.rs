@@ -23,14 +23,12 @@
 //!
 //! Spindle's [`Mutex`] (v2) is meant to be the default: the lab's guarantees are that at
 //! T = cores and T = 4 × cores its runs take at most as long as std's, parking_lot's and the
-//! futex mutex's, and its four longest waits and idle times are at most std's. On the 2-vCPU
-//! Zen 4 VM of this version's runs it beat std and the futex mutex by 1.37–1.66× at both thread
-//! counts with shorter waits, and ran level with parking_lot (ratio 1.01–1.07: the
-//! parking_lot guarantees were not met there); it has not been measured on a many-core
-//! machine yet. On the earlier machines (`docs/results.md`, version 1 of this lock)
-//! parking_lot's mutex was the fastest sleeping lock on 2 vCPUs and the slowest on 16 cores,
-//! where std's was fastest — which is why version 2 bounds the total poll rate instead of
-//! copying either.
+//! futex mutex's, and its four longest waits and idle times are at most std's. Where each
+//! holds, per machine, is in `docs/results.md` (not every machine there has measured v2; the
+//! file says which version and which claims each run tested). Earlier runs of version 1 found
+//! parking_lot's mutex the fastest sleeping lock on 2 vCPUs and the slowest on 16 cores, where
+//! std's was fastest — which is why version 2 bounds the total poll rate instead of copying
+//! either.
 //!
 //! - **[`SpinLock`]** was among the two fastest locks at T = 4 × cores on both machines, but
 //!   its longest waits were longer than std's on one of them. Its `sched_yield` is what keeps it usable

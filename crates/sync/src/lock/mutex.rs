@@ -43,11 +43,12 @@
 //! # Why it is fast (the design)
 //!
 //! The cost of a contended lock is the holder's: every poll of the word by a waiter takes the
-//! line away from the holder, whose next `lock`/`unlock` then misses (60–135 ns across the
-//! machines in `docs/results.md`), and every `futex_wake` is a system call the holder pays.
-//! Version 1 let every waiter poll after each `pause` for a fixed count: with 16 waiters on
-//! 16 cores the holder missed on almost every operation, and one `pause` lasts 3 cycles on
-//! Zen 1 and 140 on Skylake, so the same count meant different times on different machines.
+//! line away from the holder, whose next `lock`/`unlock` then misses (a cache-line round trip:
+//! `docs/results.md` gives it per machine), and every `futex_wake` is a system call the holder
+//! pays. Version 1 let every waiter poll after each `pause` for a fixed count, so the poll
+//! rate grew with the number of waiters (16 waiters on 16 cores can take the line from the
+//! holder between any two of its operations), and a `pause` lasts a few cycles on some
+//! microarchitectures and over a hundred on others, so the same count meant different times.
 //!
 //! - **The poll rate is bounded whatever the thread count.** Each spinner waits
 //!   `spinners × POLL_NS` between polls, so all of them together poll the line about once per
@@ -60,8 +61,8 @@
 //!   holder.
 //! - **No wake while someone spins** (Go's `sync.Mutex` rule), and at most one wake in flight
 //!   (`WOKEN`): unlocks make no system call while an awake thread is about to take the lock.
-//! - **Sleep after [`SPIN_BUDGET_NS`]**, a few futex sleep-and-wake round trips: longer waits
-//!   are cheaper asleep than polling.
+//! - **Sleep after [`SPIN_BUDGET_NS`]**, about one or two futex sleep-and-wake round trips:
+//!   longer waits are cheaper asleep than polling.
 //!
 //! `WOKEN` is what avoids the wake storm of the three-state mutex (std's): while a woken
 //! thread is on its way, unlocks make no system call. It is cleared by the woken thread's next
@@ -133,13 +134,15 @@ pub(super) static MODEL_SLEEPS: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(0);
 
 /// The spinners together poll the word about once per this many nanoseconds (each waits
-/// `spinners × POLL_NS` between polls): about 4 × the cross-core cache-line transfer on the
-/// machines measured (60–135 ns), so polling costs the holder at most about a quarter of its
-/// time whatever the thread count.
+/// `spinners × POLL_NS` between polls): several cache-line round trips (the machine line of
+/// each run in `docs/results.md` gives one), so polling costs the holder a bounded share of
+/// its time whatever the thread count. A time, not a `pause` count, so it means the same on
+/// every microarchitecture; it is not derived per machine yet.
 #[cfg_attr(loom, allow(dead_code))]
 const POLL_NS: u64 = 500;
-/// How long a thread polls before it sleeps: a few futex sleep-and-wake round trips (each
-/// 5–10 µs on the machines measured), past which waiting asleep is the cheaper way.
+/// How long a thread polls before it sleeps: about one or two futex sleep-and-wake round trips
+/// (the `eventcount` experiment's raw futex floor, per machine in `docs/results.md`), past
+/// which waiting asleep is the cheaper way.
 #[cfg_attr(loom, allow(dead_code))]
 const SPIN_BUDGET_NS: u64 = 20_000;
 
