@@ -43,29 +43,19 @@ thread_local! {
 }
 
 impl Counters {
+    /// `n` adds of one on the counter of `kind`. Each kind's loop is a function of its own
+    /// that takes only that counter, so every rival gets the code a caller holding a
+    /// reference to it gets (its fields hoisted out of the loop where the compiler may), and
+    /// one kind's code layout does not move another's.
     fn add(&self, kind: Kind, n: u64) {
         match kind {
-            Kind::Ours => (0..n).for_each(|_| self.ours.add(1)),
-            Kind::Fallback => (0..n).for_each(|_| self.fallback.add(1)),
-            Kind::Shared => (0..n).for_each(|_| {
-                self.shared.fetch_add(1, Relaxed);
-            }),
-            Kind::Floor => {
-                // A thread-local word, loaded and stored: atomics keep each add a real memory
-                // operation the compiler cannot merge.
-                (0..n).for_each(|_| FLOOR.with(|c| c.store(c.load(Relaxed) + 1, Relaxed)));
-                let mine = FLOOR.with(|c| c.swap(0, Relaxed));
-                self.floor_total.fetch_add(mine, Relaxed);
-            }
-            Kind::ByCpu => (0..n).for_each(|_| {
-                let cpu = rustix::thread::sched_getcpu() % self.by_cpu.len();
-                self.by_cpu[cpu].fetch_add(1, Relaxed);
-            }),
-            Kind::Crate => (0..n).for_each(|_| {
-                let c = self.crate_tl.get_or_default();
-                c.store(c.load(Relaxed) + 1, Relaxed);
-            }),
-        }
+            Kind::Ours => add_percpu(&self.ours, n),
+            Kind::Fallback => add_percpu(&self.fallback, n),
+            Kind::Shared => add_shared(&self.shared, n),
+            Kind::Floor => self.floor_total.fetch_add(add_floor(n), Relaxed),
+            Kind::ByCpu => add_by_cpu(&self.by_cpu, n),
+            Kind::Crate => add_crate(&self.crate_tl, n),
+        };
     }
 
     fn sum(&self, kind: Kind) -> u64 {
@@ -88,6 +78,46 @@ enum Kind {
     Floor,
     ByCpu,
     Crate,
+}
+
+#[inline(never)]
+fn add_percpu(c: &PerCpuCounter, n: u64) -> u64 {
+    (0..n).for_each(|_| c.add(1));
+    0
+}
+
+#[inline(never)]
+fn add_shared(c: &AtomicU64, n: u64) -> u64 {
+    (0..n).for_each(|_| {
+        c.fetch_add(1, Relaxed);
+    });
+    0
+}
+
+/// The floor: a thread-local word, loaded and stored (atomics keep each add a real memory
+/// operation the compiler cannot merge). Returns this thread's count, and zeroes it.
+#[inline(never)]
+fn add_floor(n: u64) -> u64 {
+    (0..n).for_each(|_| FLOOR.with(|c| c.store(c.load(Relaxed) + 1, Relaxed)));
+    FLOOR.with(|c| c.swap(0, Relaxed))
+}
+
+#[inline(never)]
+fn add_by_cpu(shards: &[CachePadded<AtomicU64>], n: u64) -> u64 {
+    (0..n).for_each(|_| {
+        let cpu = rustix::thread::sched_getcpu() % shards.len();
+        shards[cpu].fetch_add(1, Relaxed);
+    });
+    0
+}
+
+#[inline(never)]
+fn add_crate(t: &ThreadLocal<CachePadded<AtomicU64>>, n: u64) -> u64 {
+    (0..n).for_each(|_| {
+        let c = t.get_or_default();
+        c.store(c.load(Relaxed) + 1, Relaxed);
+    });
+    0
 }
 
 /// A counter: one entry of [`RIVALS`].
@@ -242,15 +272,84 @@ fn aborts_section<'a>(plan: &mut Plan<'a>, c: &'a Counters, threads: usize) {
     );
 }
 
-/// Spindle's two guarantees.
-fn claims(plan: &mut Plan<'_>) {
+/// What a probe of this CPU's store-to-load path found (see [`probe_renaming`]).
+struct Renaming {
+    /// ns per increment of a thread-local word at an address the loop keeps in a register.
+    fixed_ns: f64,
+    /// ns per increment of the same word at an address loaded from memory before each add.
+    reloaded_ns: f64,
+}
+
+impl Renaming {
+    /// The CPU renames memory: an increment of a word whose address it knows at decode takes
+    /// well under half the time of one whose address comes from a load.
+    fn renames(&self) -> bool {
+        self.fixed_ns < 0.6 * self.reloaded_ns
+    }
+}
+
+/// The floor's increment, but with the word's address loaded from memory before each add (as
+/// every counter that must look up its slot has it).
+#[inline(never)]
+fn add_floor_reloaded(n: u64) -> u64 {
+    let word: *const AtomicU64 = FLOOR.with(|c| c as *const AtomicU64);
+    for _ in 0..n {
+        // black_box keeps the address in memory: the CPU learns it from a load each time.
+        // SAFETY: this thread's thread-local, alive for the whole loop.
+        let c = unsafe { &*std::hint::black_box(word) };
+        c.store(c.load(Relaxed) + 1, Relaxed);
+    }
+    FLOOR.with(|c| c.swap(0, Relaxed))
+}
+
+/// Times the floor's increment with its address in a register and with its address loaded
+/// before each add, interleaved, best of seven rounds of 2^21 adds each (a few ms in all).
+///
+/// Some CPUs (Zen 3 and later; Intel since Ice Lake, in some forms) rename memory: when a load
+/// reads the same address register and displacement as a recent store, they hand the stored
+/// value to the load at rename, and a loop incrementing one word runs at about one add per
+/// cycle instead of one per store-to-load forwarding latency. A per-CPU add cannot have that:
+/// its slot address is computed from the slot index, which it must load afresh each time (the
+/// thread may have moved), so the register holding it is rewritten before every add.
+fn probe_renaming() -> Renaming {
+    const N: u64 = 1 << 21;
+    let (mut fixed, mut reloaded) = (f64::MAX, f64::MAX);
+    for _ in 0..7 {
+        let t = Instant::now();
+        std::hint::black_box(add_floor(N));
+        fixed = fixed.min(t.elapsed().as_secs_f64() * 1e9 / N as f64);
+        let t = Instant::now();
+        std::hint::black_box(add_floor_reloaded(N));
+        reloaded = reloaded.min(t.elapsed().as_secs_f64() * 1e9 / N as f64);
+    }
+    Renaming {
+        fixed_ns: fixed,
+        reloaded_ns: reloaded,
+    }
+}
+
+/// Spindle's guarantees. The floor guarantee applies where the floor's increment is not
+/// renamed (see [`probe_renaming`]); where it is, no restartable sequence can come within
+/// 1.5 × of it and the guarantee is the one issue 19 gives for that case: no slower than the
+/// `thread_local` crate's per-thread counter, which it promises everywhere anyway.
+fn claims(plan: &mut Plan<'_>, renaming: &Renaming) {
+    if !renaming.renames() {
+        plan.claim(
+            Claim::guarantee(
+                "percpu-floor",
+                "With one thread, a per-CPU add costs at most 1.5 × a thread-local plain increment",
+            )
+            .ratio("percpu-1", "tls-1")
+            .at_most(1.5),
+        );
+    }
     plan.claim(
         Claim::guarantee(
-            "percpu-floor",
-            "With one thread, a per-CPU add costs at most 1.5 × a thread-local plain increment",
+            "percpu-vs-thread-local",
+            "With one thread, a per-CPU add costs at most as much as the thread_local crate's per-thread counter",
         )
-        .ratio("percpu-1", "tls-1")
-        .at_most(1.5),
+        .ratio("percpu-1", "thread-local-crate-1")
+        .at_most(1.0),
     );
     plan.claim(
         Claim::guarantee(
@@ -297,7 +396,24 @@ impl Experiment for PerCpu {
         add_sections(&mut plan, c, cores);
         sum_section(&mut plan, c);
         aborts_section(&mut plan, c, 4 * cores);
-        claims(&mut plan);
+        let renaming = probe_renaming();
+        plan.param(
+            "floor increment, address in a register / loaded each add (probe, best of 7)",
+            format!(
+                "{:.3} ns / {:.3} ns",
+                renaming.fixed_ns, renaming.reloaded_ns
+            ),
+        );
+        if renaming.renames() {
+            plan.note(format!(
+                "This CPU renames memory: the floor's increment takes {:.3} ns with its address in a register and \
+                 {:.3} ns when the address is loaded before each add. A per-CPU add must load its slot index each \
+                 time, so it cannot get the renamed speed; the 1.5 × floor guarantee does not apply here, and the \
+                 guarantee is: no slower than the thread_local crate's counter.",
+                renaming.fixed_ns, renaming.reloaded_ns
+            ));
+        }
+        claims(&mut plan, &renaming);
         if p.reason.is_some() {
             plan.note(format!(
                 "Restartable sequences are unavailable here ({}): the per-CPU counter ran its fallback.",

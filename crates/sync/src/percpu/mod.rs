@@ -1,4 +1,4 @@
-//! Per-CPU data on restartable sequences: a counter whose `add` is a load, an add and a store
+//! Per-CPU data on restartable sequences: a counter whose `add` is one unlocked `add` to memory
 //! (no atomic instruction), and per-CPU stacks of words with push and pop committed by one
 //! store, as tcmalloc's per-CPU caches do.
 //!
@@ -33,8 +33,10 @@
 //! **Critical section.** An operation stores the address of its descriptor (`struct
 //! rseq_cs`: start, length, abort address) into the thread's `rseq_cs` word, then, between
 //! `start` and the commit: reads the slot index, checks it against the number of slots
-//! (outside: leave, take the fallback), reads the slot's words, and ends with one plain store
-//! (the commit): the counter's new value, or the stack's new length. The descriptor lives in
+//! (the stacks: outside, leave and take the fallback) or masks it with their power-of-two
+//! count (the counter), reads the slot's words, and ends with one instruction that writes
+//! memory (the commit): the counter's unlocked `add` to its slot, or the stack's plain store
+//! of its new length. The kernel cannot stop a thread half-way through one instruction. The descriptor lives in
 //! section `__rseq_cs`; the abort handler, in `__rseq_failure`, is preceded by the 4-byte
 //! signature the registration declared (glibc's `0x53053053`, behind a `ud1` opcode so that
 //! the bytes never decode as a useful instruction), counts the abort and restarts from the
@@ -43,17 +45,17 @@
 //! **What aborts.** The kernel checks, whenever it is about to return to a thread that was
 //! preempted, migrated, or is being sent a signal, whether the thread's instruction pointer
 //! lies in `[start, commit]`. If it does, it does not resume there: it jumps to the abort
-//! handler. So a section that reaches its commit store ran, from its first load to that
-//! store, without any other thread running on its CPU in between, and without a signal
+//! handler. So a section that reaches its commit ran, from its first load to that
+//! commit, without any other thread running on its CPU in between, and without a signal
 //! handler running on its own thread.
 //!
-//! **Why one store commits.** Invariant: *only a thread currently holding slot index i writes
-//! slot i, and it writes it only with the commit store of an uninterrupted section.* A thread
+//! **Why one instruction commits.** Invariant: *only a thread currently holding slot index i writes
+//! slot i, and it writes it only with the commit of an uninterrupted section.* A thread
 //! holds index i while it runs on CPU i (or holds concurrency id i); no two running threads
 //! hold the same index. A section's loads of slot i and its commit therefore happen with no
 //! other write to slot i in between: another writer would have to run on the same CPU (or
 //! hold the same id), which requires switching this thread out, which aborts the section. So
-//! the load-add-store is atomic with respect to every other writer, without a `lock` prefix.
+//! the read-modify-write is atomic with respect to every other writer, without a `lock` prefix.
 //! A stack's push also writes the array element *above* the length before committing the new
 //! length; an aborted push leaves that element written but above the length, where nothing
 //! reads it. Ids and CPUs change hands only through a context switch, which on x86-64 is a
@@ -61,12 +63,12 @@
 //!
 //! **What a preempted section sees.** Nothing: it never resumes. It is restarted from the
 //! beginning, possibly on another CPU, reading the slot index again; its earlier loads and its
-//! uncommitted stores (a push's array element) are discarded or harmless. A commit store
-//! either happened (the operation took effect once) or did not (none of it is visible).
+//! uncommitted stores (a push's array element) are discarded or harmless. A commit either
+//! happened (the operation took effect once) or did not (none of it is visible).
 //!
-//! **Orderings.** Commits are plain `mov` stores: on x86-TSO they are release stores, and
-//! slots are `AtomicU64`s that readers load with `Relaxed` ordering; an aligned 8-byte `mov`
-//! is single-copy atomic, so [`PerCpuCounter::sum`] never sees a torn word. `sum` is not a
+//! **Orderings.** Commits are plain stores (a `mov`, or the store half of an unlocked `add`):
+//! on x86-TSO they are release stores, and slots are `AtomicU64`s that readers load with
+//! `Relaxed` ordering; an aligned 8-byte store is single-copy atomic, so [`PerCpuCounter::sum`] never sees a torn word. `sum` is not a
 //! snapshot: with adds in flight it returns a value between the total of adds that finished
 //! before it began and the total of those that began before it ended (for non-negative adds);
 //! when no add runs concurrently it is exact. The stacks promise nothing about order between
@@ -148,15 +150,37 @@ fn thread_shard(shards: usize) -> usize {
 }
 
 /// A counter split into one word per CPU: [`add`](Self::add) is a restartable sequence that
-/// commits with one plain store; [`sum`](Self::sum) reads every word.
+/// commits with one plain read-modify-write; [`sum`](Self::sum) reads every word.
 ///
 /// Where restartable sequences are unavailable, `add` is a relaxed `fetch_add` on a word
 /// chosen by thread (see the [module](self) documentation).
 pub struct PerCpuCounter {
+    /// A power-of-two number of slots, at least the possible CPUs (empty when `by` is
+    /// [`Index::None`]).
     cpus: Box<[CachePadded<AtomicU64>]>,
     shards: Box<[CachePadded<AtomicU64>]>,
-    /// Where the slot index is in `struct rseq`; 0 when this counter never uses rseq.
-    index: usize,
+    by: Index,
+}
+
+/// Which field of `struct rseq` a counter's slot index comes from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Index {
+    /// No restartable sequences: always the fallback.
+    None,
+    MmCid,
+    CpuId,
+}
+
+impl Index {
+    fn of(field: usize) -> Self {
+        if registration().registration == Registration::Unavailable {
+            Index::None
+        } else if field == rseq::MM_CID {
+            Index::MmCid
+        } else {
+            Index::CpuId
+        }
+    }
 }
 
 impl Default for PerCpuCounter {
@@ -176,51 +200,52 @@ impl std::fmt::Debug for PerCpuCounter {
 impl PerCpuCounter {
     /// A counter at zero, with a word per possible CPU.
     pub fn new() -> Self {
-        let n = possible_cpus();
-        let index = if registration().registration == Registration::Unavailable {
-            0
-        } else {
-            index_field()
-        };
-        Self::build(n, index)
+        Self::build(Index::of(index_field()))
     }
 
     /// A counter indexed by CPU number even where the kernel offers `mm_cid` (what kernels
     /// before 6.3 get): for comparison and for testing that path.
     pub fn by_cpu_id() -> Self {
-        let index = if registration().registration == Registration::Unavailable {
-            0
-        } else {
-            rseq::CPU_ID
-        };
-        Self::build(possible_cpus(), index)
+        Self::build(Index::of(rseq::CPU_ID))
     }
 
     /// A counter that always takes the fallback (relaxed atomics sharded by thread), whatever
     /// the kernel offers: for comparison and for testing the fallback.
     pub fn sharded() -> Self {
-        Self::build(possible_cpus(), 0)
+        Self::build(Index::None)
     }
 
-    fn build(n: usize, index: usize) -> Self {
+    fn build(by: Index) -> Self {
+        let n = possible_cpus();
         let words = |k| (0..k).map(|_| CachePadded(AtomicU64::new(0))).collect();
         PerCpuCounter {
-            cpus: if index == 0 { words(0) } else { words(n) },
+            // A power of two, so that the section can mask the slot index instead of
+            // checking it (see `add_rseq`).
+            cpus: if by == Index::None {
+                words(0)
+            } else {
+                words(n.next_power_of_two())
+            },
             shards: words(n),
-            index,
+            by,
         }
     }
 
     /// Adds `v` (wrapping).
     #[inline]
     pub fn add(&self, v: u64) {
-        if self.index != 0 {
+        if self.by != Index::None {
             if let Some(area) = rseq::area() {
-                // SAFETY: `area` is this thread's registered `struct rseq`; `cpus` has
-                // `cpus.len()` 128-byte slots, and the section checks the index against it.
-                if unsafe { add_rseq(area, self.index, &self.cpus, v) } {
-                    return;
+                // SAFETY: `area` is this thread's registered `struct rseq`; `cpus` holds a
+                // power-of-two number of 128-byte slots, and the section masks the index.
+                unsafe {
+                    if self.by == Index::MmCid {
+                        add_rseq::<{ rseq::MM_CID }>(area, &self.cpus, v)
+                    } else {
+                        add_rseq::<{ rseq::CPU_ID }>(area, &self.cpus, v)
+                    }
                 }
+                return;
             }
         }
         self.add_fallback(v);
@@ -242,45 +267,46 @@ impl PerCpuCounter {
 
     /// Whether adds from this thread run as restartable sequences.
     pub fn uses_rseq(&self) -> bool {
-        self.index != 0 && rseq::area().is_some()
+        self.by != Index::None && rseq::area().is_some()
     }
 }
 
-/// The counter's critical section; false if the slot index is out of range (take the
-/// fallback).
+/// The counter's critical section, reading the slot index at byte `FIELD` of `struct rseq`.
+///
+/// Written for the fewest instructions on the path that commits, because a counter's add is
+/// issue-bound, not latency-bound, on every machine measured (`docs/results.md`, `percpu`):
+/// the index field is a constant displacement (a register offset made the load wait on the
+/// descriptor store on Zen 4), the index is masked rather than checked (the kernel keeps
+/// `cpu_id` and `mm_cid` below the possible CPUs, which `cpus.len()`, a power of two, covers;
+/// the mask only makes a broken kernel lose counts instead of writing out of bounds), the
+/// commit is one `add` to memory (an instruction the kernel cannot split: preempted before
+/// it, the section restarts; after it, the add happened once), and the abort handler counts
+/// aborts itself, so nothing is tested after the section.
 ///
 /// # Safety
-/// `area` must be this thread's registered `struct rseq`.
+/// `area` must be this thread's registered `struct rseq`, and `cpus.len()` a power of two.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(always)]
-unsafe fn add_rseq(area: *mut u8, index: usize, cpus: &[CachePadded<AtomicU64>], v: u64) -> bool {
+unsafe fn add_rseq<const FIELD: usize>(area: *mut u8, cpus: &[CachePadded<AtomicU64>], v: u64) {
     const _: () = assert!(std::mem::size_of::<CachePadded<AtomicU64>>() == 128);
-    let out_of_range: usize;
-    let mut aborts: usize = 0;
-    // SAFETY: the protocol in the module documentation. Registers: rax holds the descriptor
-    // address, then the slot index and the result; rcx the slot's value. The only memory
-    // written is this thread's `rseq_cs` word and, by the commit, one slot (an AtomicU64,
-    // written as a single aligned `mov`, i.e. as a relaxed atomic store) whose index was
-    // checked against `cpus.len()`. The abort handler restarts from label 2.
+    debug_assert!(cpus.len().is_power_of_two() && cpus.len() <= 1 << 32);
+    // SAFETY: the protocol in the module documentation. rax holds the descriptor address,
+    // then the slot offset. The only memory written is this thread's `rseq_cs` word, one
+    // slot (an AtomicU64, updated by one aligned `add`, which no other thread writes while
+    // the section runs: a relaxed atomic update), whose index the mask keeps inside `cpus`,
+    // and, on abort, `ABORTS` (a `lock`ed increment, i.e. a relaxed `fetch_add`). The abort
+    // handler restarts from label 2.
     unsafe {
         core::arch::asm!(
             "2:",
             "lea rax, [rip + 3f]",
             "mov qword ptr [{area} + {cs}], rax",
             "4:",
-            "mov eax, dword ptr [{area} + {index}]",
-            "cmp rax, {n}",
-            "jae 7f",
+            "mov eax, dword ptr [{area} + {field}]",
+            "and eax, {mask:e}",
             "shl rax, 7",
-            "mov rcx, qword ptr [{base} + rax]",
-            "add rcx, {v}",
-            "mov qword ptr [{base} + rax], rcx",
+            "add qword ptr [{base} + rax], {v}",
             "5:",
-            "xor eax, eax",
-            "jmp 8f",
-            "7:",
-            "mov eax, 1",
-            "8:",
             ".pushsection __rseq_cs, \"aw\"",
             ".balign 32",
             "3:",
@@ -291,32 +317,27 @@ unsafe fn add_rseq(area: *mut u8, index: usize, cpus: &[CachePadded<AtomicU64>],
             ".byte 0x0f, 0xb9, 0x3d",
             ".long {sig}",
             "6:",
-            "inc {aborts}",
+            "lock inc qword ptr [rip + {aborts}]",
             "jmp 2b",
             ".popsection",
             area = in(reg) area,
-            index = in(reg) index,
-            n = in(reg) cpus.len(),
+            mask = in(reg) cpus.len() - 1,
             base = in(reg) cpus.as_ptr(),
             v = in(reg) v,
-            aborts = inout(reg) aborts,
+            field = const FIELD,
             cs = const rseq::RSEQ_CS,
             sig = const rseq::SIGNATURE,
-            out("rax") out_of_range,
-            out("rcx") _,
+            aborts = sym ABORTS,
+            out("rax") _,
             options(nostack),
         );
     }
-    if aborts != 0 {
-        record_aborts(aborts);
-    }
-    out_of_range == 0
 }
 
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 #[inline(always)]
-unsafe fn add_rseq(_: *mut u8, _: usize, _: &[CachePadded<AtomicU64>], _: u64) -> bool {
-    false
+unsafe fn add_rseq<const FIELD: usize>(_: *mut u8, _: &[CachePadded<AtomicU64>], _: u64) {
+    unreachable!("no restartable sequences on this target")
 }
 
 /// Per-CPU bounded stacks of words (a free list per CPU, as tcmalloc's per-CPU slabs are):
