@@ -46,6 +46,31 @@ fn plain_loop(src: &AtomicPtr<u64>, slot: &AtomicPtr<u64>, n: u64) {
     }
 }
 
+/// The cheapest correct fence-free epoch reader, written out on two words of its own: what
+/// every pin + load + unpin must execute, and nothing else. Publish the epoch read (a store),
+/// read the epoch again after it (a load: if it moved, the publication may be too old for the
+/// reclaimer's scan, so publish again), load the pointer, clear the publication (a store).
+/// Fewer is incorrect: without the re-read a reader could publish an epoch the reclaimer has
+/// already passed and use memory it frees; without the clearing store the thread would stay
+/// pinned and hold reclamation up. No nesting, no thread-local lookup, no registration.
+#[inline(never)]
+fn epoch_floor_loop(epoch: &AtomicU64, state: &AtomicU64, src: &AtomicPtr<u64>, n: u64) {
+    for _ in 0..n {
+        let mut e = epoch.load(Relaxed);
+        loop {
+            state.store((e << 1) | 1, Release);
+            std::sync::atomic::compiler_fence(SeqCst);
+            let now = epoch.load(Acquire);
+            if now == e {
+                break;
+            }
+            e = now;
+        }
+        black_box(src.load(Acquire));
+        state.store(0, Release);
+    }
+}
+
 #[inline(never)]
 fn epoch_loop(h: &epoch::LocalHandle, src: &AtomicPtr<u64>, n: u64) {
     for _ in 0..n {
@@ -429,6 +454,9 @@ fn drain(r: &Reclaimer) {
 struct ReadSide {
     src: CachePadded<AtomicPtr<u64>>,
     slot: CachePadded<AtomicPtr<u64>>,
+    /// The epoch floor's global epoch and its reader's state word.
+    floor_epoch: CachePadded<AtomicU64>,
+    floor_state: CachePadded<AtomicU64>,
     // Each handle before the collector it was registered with, which must outlive it (fields
     // drop in this order).
     ours_handle: epoch::LocalHandle,
@@ -450,6 +478,8 @@ impl ReadSide {
         ReadSide {
             src: CachePadded(AtomicPtr::new(target)),
             slot: CachePadded(AtomicPtr::new(std::ptr::null_mut())),
+            floor_epoch: CachePadded(AtomicU64::new(1)),
+            floor_state: CachePadded(AtomicU64::new(0)),
             ours_handle,
             _ours: ours,
             domain,
@@ -502,6 +532,10 @@ const RIVALS: &[Rival] = &[
     Rival::new("plain").read(
         "plain load of the shared pointer + store to a slot (floor)",
         |r| Box::new(move |n| time(|| plain_loop(&r.src, &r.slot, n))),
+    ),
+    Rival::new("epoch-floor").read(
+        "fence-free epoch read side, written out: publish, re-check, load, clear (epoch floor)",
+        |r| Box::new(move |n| time(|| epoch_floor_loop(&r.floor_epoch, &r.floor_state, &r.src, n))),
     ),
     Rival::new("epoch").read("Spindle epoch: handle.pin(), load, unpin", |r| {
         Box::new(move |n| time(|| epoch_loop(&r.ours_handle, &r.src, n)))
@@ -599,9 +633,9 @@ fn claims(plan: &mut Plan<'_>) {
     plan.claim(
         Claim::guarantee(
             "epoch-read-side",
-            "Spindle's epoch pin + load + unpin costs at most 1.5 × a plain load + store pair",
+            "Spindle's epoch pin + load + unpin costs at most 1.5 × the cheapest correct fence-free epoch read side (a store publishing the epoch, a load re-checking it, the pointer's load, a store clearing the publication)",
         )
-        .ratio("read-epoch", "read-plain")
+        .ratio("read-epoch", "read-epoch-floor")
         .at_most(1.5),
     );
     plan.claim(

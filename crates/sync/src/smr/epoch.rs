@@ -34,8 +34,9 @@
 //! - per participant record (own cache lines, in an intrusive push-only list, never freed
 //!   before the collector, reused by a later thread after its owner leaves — claimed by a CAS
 //!   on `in_use`): `state` = `(e << 1) | 1` while pinned in epoch `e`, `0` while not pinned.
-//!   Only the owner writes `state`. Owner-only fields: the nesting depth, the handle count, and
-//!   the local *bag* of deferred functions.
+//!   Only the owner writes `state`. Owner-only fields: the nesting depth (with a bit saying
+//!   the handle is gone, so that the outermost unpin tests one word), and the local *bag* of
+//!   deferred functions.
 //! - `garbage`: a lock-free stack of *sealed bags*, each tagged with an epoch. Only push and
 //!   take-all (`swap(null)`) are used, so there is no ABA.
 //!
@@ -156,6 +157,8 @@ use crate::{prepaid::PrepaidBarrier, prepaid::Ticket, time::Deadline};
 const BAG_CAPACITY: usize = 64;
 
 const PINNED: u64 = 1;
+/// In `Record::nest`: the handle was dropped while guards lived; the last guard releases.
+const ORPHAN: usize = 1 << (usize::BITS - 1);
 
 /// A participant. Aligned to 128 bytes so that two threads' `state` words never share a line
 /// (or an adjacent-line prefetch pair).
@@ -175,10 +178,10 @@ struct Record {
     epoch: *const AtomicU64,
     // Owner-only fields.
     /// Guards beyond the outermost one (pinned-ness itself is `state & PINNED`, which the
-    /// owner reads back: one store less per pin and unpin).
+    /// owner reads back: one store less per pin and unpin), plus [`ORPHAN`] once the handle
+    /// is gone while guards live. The outermost unpin reads only this word: zero means "not
+    /// nested, handle alive", anything else takes the cold path.
     nest: Cell<usize>,
-    /// Live `LocalHandle`s (1 or 0).
-    handles: Cell<usize>,
     bag: UnsafeCell<Vec<Deferred>>,
     /// Keeps the collector alive while the record is claimed (guards outlive handles).
     collector: UnsafeCell<Option<Collector>>,
@@ -328,7 +331,6 @@ impl Collector {
             global: Arc::as_ptr(&self.global),
             epoch: &self.global.epoch.0,
             nest: Cell::new(0),
-            handles: Cell::new(0),
             bag: UnsafeCell::new(Vec::new()),
             collector: UnsafeCell::new(None),
         }));
@@ -350,10 +352,13 @@ impl Collector {
 
     fn claim(&self, r: &Record) -> LocalHandle {
         debug_assert_eq!(r.state.load(Relaxed), 0);
-        r.handles.set(1);
+        debug_assert_eq!(r.nest.get(), 0);
         // SAFETY: we own the record (`in_use` CAS or fresh); owner-only field.
         unsafe { *r.collector.get() = Some(self.clone()) };
-        LocalHandle { record: r }
+        LocalHandle {
+            record: r,
+            epoch: r.epoch,
+        }
     }
 
     /// One attempt to advance the epoch, then free every bag whose epoch is old enough.
@@ -540,11 +545,17 @@ impl Record {
         unsafe { &*self.global }
     }
 
+    /// A pin inside a pinned section: one more guard to drop before unpinning. Out of line,
+    /// so that the outermost pin's path has no taken branch.
+    #[cold]
+    #[inline(never)]
+    fn nest_more(&self) {
+        self.nest.set(self.nest.get() + 1);
+    }
+
     /// The outermost pin (module documentation, "Read side").
     #[inline(always)]
-    fn enter(&self) {
-        // SAFETY: points into the `Global`, which a claimed record keeps alive.
-        let epoch = unsafe { &*self.epoch };
+    fn enter(&self, epoch: &AtomicU64) {
         let mut e = epoch.load(Relaxed);
         loop {
             self.state.store((e << 1) | PINNED, Release);
@@ -636,6 +647,9 @@ impl Record {
 /// it. Dropping it (after its guards) seals its garbage and frees its record for reuse.
 pub struct LocalHandle {
     record: *const Record,
+    /// The record's `epoch` pointer, copied here: the handle has no interior mutability, so a
+    /// loop that pins through `&LocalHandle` keeps this in a register.
+    epoch: *const AtomicU64,
 }
 
 impl std::fmt::Debug for LocalHandle {
@@ -659,9 +673,10 @@ impl LocalHandle {
     pub fn pin(&self) -> Guard {
         let r = self.record();
         if r.state.load(Relaxed) & PINNED != 0 {
-            r.nest.set(r.nest.get() + 1);
+            r.nest_more();
         } else {
-            r.enter();
+            // SAFETY: points into the `Global`, which the claimed record keeps alive.
+            r.enter(unsafe { &*self.epoch });
         }
         Guard {
             record: self.record,
@@ -690,10 +705,12 @@ impl LocalHandle {
 impl Drop for LocalHandle {
     fn drop(&mut self) {
         let r = self.record();
-        r.handles.set(r.handles.get() - 1);
         if r.state.load(Relaxed) & PINNED == 0 {
             // SAFETY: our record, and this was its last handle with no guard left.
             unsafe { Record::release(self.record) };
+        } else {
+            // The last guard releases the record.
+            r.nest.set(r.nest.get() | ORPHAN);
         }
     }
 }
@@ -712,6 +729,26 @@ impl std::fmt::Debug for Guard {
 }
 
 impl Guard {
+    /// A nested guard, or the last guard of a thread whose handle is gone.
+    ///
+    /// # Safety
+    /// `this` is the record of a live guard that is being dropped.
+    #[cold]
+    #[inline(never)]
+    unsafe fn drop_cold(this: *const Record) {
+        // SAFETY: the guard keeps the record claimed until the release below.
+        let r = unsafe { &*this };
+        let n = r.nest.get();
+        if n & !ORPHAN != 0 {
+            r.nest.set(n - 1);
+            return;
+        }
+        r.state.store(0, Release);
+        r.nest.set(0);
+        // SAFETY: our record; its handle is gone and this was its last guard.
+        unsafe { Record::release(this) };
+    }
+
     #[inline(always)]
     fn record(&self) -> &Record {
         // SAFETY: a guard keeps its record claimed (pinned), hence its collector alive.
@@ -752,15 +789,11 @@ impl Drop for Guard {
     #[inline]
     fn drop(&mut self) {
         let r = self.record();
-        let n = r.nest.get();
-        if n > 0 {
-            r.nest.set(n - 1);
-            return;
-        }
-        r.state.store(0, Release);
-        if r.handles.get() == 0 {
-            // SAFETY: our record; its handle is gone and this was its last guard.
-            unsafe { Record::release(self.record) };
+        if r.nest.get() == 0 {
+            r.state.store(0, Release);
+        } else {
+            // SAFETY: this guard's record, pinned by it.
+            unsafe { Guard::drop_cold(self.record) };
         }
     }
 }
@@ -852,6 +885,33 @@ mod tests {
         }
         assert_eq!(c.pending(), 0);
         assert_eq!(records(&c), 1);
+    }
+
+    #[test]
+    fn nested_guards_outliving_their_handle_release_the_record_once() {
+        let c = Collector::with_barrier(Barrier::Heavy);
+        let h = c.register();
+        let (a, b, d) = (h.pin(), h.pin(), h.pin());
+        drop(h);
+        // Not in the order they were made: the record stays pinned until the last one.
+        drop(b);
+        drop(a);
+        let g = c.register().pin();
+        assert_eq!(
+            records(&c),
+            2,
+            "the orphaned record was released while pinned"
+        );
+        drop(g);
+        drop(d);
+        // Both records are free now: two threads' worth of handles reuse them.
+        let (x, y) = (c.register(), c.register());
+        assert_eq!(records(&c), 2);
+        assert!(!x.is_pinned() && !y.is_pinned());
+        let p = x.pin();
+        drop(y);
+        drop(p);
+        assert_eq!(records(&c), 2);
     }
 
     #[test]
