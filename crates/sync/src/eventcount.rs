@@ -96,9 +96,10 @@
 //! spin a little while V == v
 //! loop:
 //!     s = fetch_or(S, 1) | 1           // lock or: announce, a full barrier (unless standing)
-//!     watch V for 2 µs (and 32 pauses) while S == s; return Changed if V != v
-//!     during the first second after the announcement: futex_wait(S, s, min(deadline, nap))
-//!         with naps of 4, 8, 16, … ms; afterwards futex_wait(S, s, deadline)
+//!     (fresh announcement) watch V for 2 µs (and 32 pauses) while S == s;
+//!         then a process-wide barrier (fence::heavy); return Changed if V != v
+//!     futex_wait(S, s, deadline)
+//!         (no IPI barrier here: naps of 4, 8, 16, … ms during the first second instead)
 //!     return Changed if V != v; TimedOut if the deadline passed
 //!     if S != s: the producer took our announcement (maybe an older waiter's); announce again
 //! ```
@@ -114,38 +115,41 @@
 //! release store of the version on the machine at hand. The store and the load need no `lock`
 //! because they touch different words: the producer never overwrites a flag.
 //!
-//! **Why no wake-up is lost, and why one is rarely late.** The producer's store to `V` and its
-//! load of `S` form the store-buffering pattern: x86-TSO lets the load complete while the store
-//! still sits in the store buffer, so a producer can miss a flag whose waiter, in turn, still
-//! reads the old version. Four facts close the gap.
+//! **Why no wake-up is lost or late.** The producer's store to `V` and its load of `S` form
+//! the store-buffering pattern: x86-TSO lets the load complete while the store still sits in
+//! the store buffer, so a producer can miss a flag whose waiter, in turn, still reads the old
+//! version. Three facts close the gap.
 //! 1. The waiter's `lock or` is a full barrier, so its announcement is globally visible before
 //!    it reads `V`; any producer load that executes afterwards sees the flag — until the
 //!    producer clears it, which changes `S` for good (the clear count), so the waiter notices.
-//! 2. A signal whose load missed the announcement executed its store to `V` just before, and
-//!    a store usually leaves the store buffer once its core has gained the cache line: about a
-//!    cache-line round trip, which the lab's fingerprint measures in tens to hundreds of
-//!    nanoseconds. The waiter watches `V` for 2 µs after announcing (a time, not a count of
-//!    `pause`s, whose length differs by an order of magnitude between cores), so it usually
-//!    sees that version and does not sleep. Usually, not always: on 2-vCPU KVM guests
-//!    `tests/eventcount.rs`, which provokes this race a million times, sees a few late
-//!    wake-ups per million races, with the watch or without it, and in them none of a burst's
-//!    stores became visible during the whole watch. It asserts that they stay rare (at most
-//!    one per 10⁴ races).
-//! 3. (2) is what hardware does, not what the architecture promises; what it promises is that
-//!    every interrupt — the timer tick reaches every CPU several times a second — drains the
-//!    store buffer on entry. So a store that missed the watch becomes visible well within a
-//!    second of the announcement (Paul Khuong, "Preemption Is GC for Memory Reordering",
-//!    2019).
-//! 4. For the first second after its announcement the waiter sleeps in naps of 4, 8, 16, … ms
-//!    and re-reads `V` after each; only once `S` has kept the value of its announcement for a
-//!    whole second does it sleep with the caller's deadline alone. By then (3) says a signal
-//!    whose load missed the flag has made its version visible, and (1) says every later signal
-//!    sees the flag. So no wake-up is lost, and one that (2) did not catch is late by a nap at
-//!    most (4 ms: the first nap sees the version); [`SpEventCount::late_wakeups`] counts them.
+//! 2. A signal whose load missed the announcement executed its store to `V` before that load.
+//!    Before it sleeps on a fresh announcement, the waiter issues a process-wide barrier (an
+//!    `mprotect` TLB shoot-down, or `membarrier`-expedited where that is unavailable; see
+//!    `SpEventCount::barrier_after_announcement`), then reads `V` again. Either interrupts
+//!    every CPU that runs a thread of this process and returns only once each has run the
+//!    handler, which executes a serialising instruction (a full barrier); a CPU that does not
+//!    run one has passed a context switch, also a full barrier. The interrupt lands between
+//!    two instructions of the producer: if its look at `S` came before, so did its store,
+//!    which the handler's barrier makes visible to the waiter's read; if after, the look runs
+//!    after the announcement and sees the flag by (1). The producer's `asm` load is the light
+//!    side of this asymmetric fence (a compiler barrier), the waiter's barrier the heavy side.
+//!    No signal can slip between them, so a waiter that sleeps is woken by the next signal's
+//!    futex wake, never by a timeout: no wake-up is lost, and none is late.
+//! 3. The barrier costs the waiter a few system calls (microseconds) only when it is about to
+//!    sleep, which costs a futex sleep and wake anyway, and it is skipped when the version
+//!    moves while the waiter watches it for 2 µs after announcing (a time, not a count of
+//!    `pause`s, whose length differs by an order of magnitude between cores). The signal's
+//!    fast path keeps its store, load and branch.
 //!
-//! (A process-wide barrier, `membarrier`, after the announcement would make (2) a proof rather
-//! than a measurement. It was tried and dropped: it lengthened every sleeping waiter's
-//! wake-up, which the lab's `eventcount` experiment compares with a raw futex's.)
+//! Where the only process-wide barrier is `membarrier(GLOBAL)`, which waits for an RCU grace
+//! period (milliseconds), the waiter does not issue it: it sleeps in naps of 4, 8, 16, … ms for
+//! the first second after its announcement, re-reading `V` after each, and relies on the timer
+//! interrupt (every CPU takes several a second, and each drains the store buffer: Paul Khuong,
+//! "Preemption Is GC for Memory Reordering", 2019) to bound how late a wake-up can be: one
+//! nap. [`SpEventCount::late_wakeups`] counts such wake-ups; with an IPI barrier it stays zero
+//! (`tests/eventcount.rs` asserts it over a million bursts whose waiters arrive exactly at
+//! burst ends). An earlier version relied on the watch and the naps alone, and 2-vCPU KVM
+//! guests saw up to 8 late wake-ups per million such bursts.
 //!
 //! The futex sleeps on `S`, not `V`: the producer's clear changes `S`, so a waiter about to
 //! sleep when the producer clears and wakes fails the kernel's comparison and returns instead
@@ -164,9 +168,10 @@
 //! out of a loop of signals; x86 needs nothing more, by (2). Elsewhere (and under Miri) it is a
 //! `SeqCst` fence and a load, and the waiter's `fetch_or` and load are `SeqCst`, which makes
 //! the store-buffering outcome impossible by the memory model alone; there the waiter needs no
-//! naps. The loom models check that version of the protocol, with the fence and load as
-//! one read-modify-write (loom does not model a `SeqCst` fence against other threads' `SeqCst`
-//! accesses).
+//! barrier and no naps. The loom models check the asymmetric version: the producer's look is
+//! `fence::light()` and a load, the waiter's barrier `fence::heavy()`, both `SeqCst` fences
+//! under loom, which loom orders against each other (`sp_window_closed_by_the_waiter_barrier`
+//! shows that without the waiter's barrier both sides can miss).
 //!
 //! **Linearisation points.** A signal: its store to `V`. A wait that returns `Changed`: the
 //! load that observed the new version.
@@ -510,6 +515,9 @@ pub struct SpEventCount {
     /// Late wake-ups ([`SpEventCount::late_wakeups`]): a diagnostic, not part of the protocol
     /// (a std atomic even under loom).
     late: std::sync::atomic::AtomicU64,
+    /// Barriers waiters issued before sleeping ([`SpEventCount::waiter_barriers`]): a
+    /// diagnostic like `late`.
+    barriers: std::sync::atomic::AtomicU64,
 }
 
 impl SpEventCount {
@@ -522,6 +530,7 @@ impl SpEventCount {
             producer_taken: AtomicBool::new(false),
             parking: Parking::new(),
             late: std::sync::atomic::AtomicU64::new(0),
+            barriers: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -534,6 +543,7 @@ impl SpEventCount {
             producer_taken: AtomicBool::new(false),
             parking: Parking::new(),
             late: std::sync::atomic::AtomicU64::new(0),
+            barriers: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -566,13 +576,19 @@ impl SpEventCount {
     /// ended at its timeout while their announcement still stood untaken: the signal came, but
     /// the producer did not see the announcement, and the waiter learnt of the new version only
     /// because its sleep timed out — a wake-up late by up to that sleep's length (a nap: 4 ms,
-    /// then 8, …). The watch after each announcement keeps it rare (see the module
-    /// documentation, fact 2); the stress tests assert that it does. Counted on the waiter's
-    /// slow path only. (A timeout that coincides with the nanoseconds between a signal's
+    /// then 8, …). Zero where the waiter's barrier closes the window (see the module
+    /// documentation, fact 2: any system with `membarrier` or `mprotect`); the stress tests
+    /// assert that it stays zero. Counted on the waiter's slow path only. (A timeout that coincides with the nanoseconds between a signal's
     /// version store and its look at the announcement counts too.) The multi-producer [`EventCount`] needs no such counter: its flag and version
     /// share one word that every signal changes with a `lock`ed instruction.
     pub fn late_wakeups(&self) -> u64 {
         self.late.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many process-wide barriers waiters on this event count issued before sleeping
+    /// (see the module documentation, fact 2): what closing the store-buffering window cost.
+    pub fn waiter_barriers(&self) -> u64 {
+        self.barriers.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Publish `new` as the version and wake any sleepers: the producer's signal.
@@ -618,14 +634,16 @@ impl SpEventCount {
         self.sleepers.load(Relaxed)
     }
 
-    /// Under loom: loom does not model how a `SeqCst` fence orders a later load against
-    /// another thread's `SeqCst` operations, so the model reads `S` with a read-modify-write
-    /// that changes nothing. Either it comes after the waiter's announcement in `S`'s
-    /// modification order, and sees the flag, or the announcement reads from it, and then the
-    /// waiter's next load of `V` sees our store. That is the guarantee the fence gives.
+    /// Under loom: [`fence::light`](crate::fence::light) (a `SeqCst` fence there) and a
+    /// relaxed load, the x86 path's semantics in the model: the `asm` load is a compiler
+    /// barrier, i.e. the light side of an asymmetric fence, and the waiter pays the heavy side
+    /// ([`SpEventCount::settle`]). Loom orders two `SeqCst` fences; that is exactly what
+    /// `membarrier` provides between the waiter's barrier and the producer's instruction
+    /// stream.
     #[cfg(loom)]
     fn sleepers_after_store(&self) -> u32 {
-        self.sleepers.fetch_or(0, AcqRel)
+        crate::fence::light();
+        self.sleepers.load(Relaxed)
     }
 
     /// The slow part of a signal: a waiter announced itself.
@@ -690,6 +708,79 @@ impl SpEventCount {
         (v != old).then_some(v)
     }
 
+    /// Before the first sleep on a fresh announcement that the watch did not answer: close
+    /// the store-buffering window for good. A process-wide barrier (the heavy side of
+    /// [`crate::fence`]) makes every CPU running this process execute a full barrier; a
+    /// signal whose look at `S` missed our announcement executed its store to `V` before that
+    /// look, so once the barrier returns the store is visible, and the load below sees it.
+    /// Returns the new version if it moved, and whether the window is closed (then the waiter
+    /// may sleep without naps: any signal from now on sees the flag, by fact 1).
+    ///
+    /// Only where the heavy fence is IPI-based (membarrier-expedited or mprotect): a
+    /// membarrier-global barrier waits for an RCU grace period (milliseconds), more than the
+    /// naps it would save, so there the waiter keeps the naps. Where the producer's look is a
+    /// `SeqCst` fence and a load (not x86-64, or Miri), the memory model already forbids the
+    /// window and no barrier is needed.
+    fn settle(&self, old: u64) -> (Option<u64>, bool) {
+        let closed = Self::barrier_after_announcement();
+        if closed {
+            self.barriers
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let v = self.version.load(SeqCst);
+        ((v != old).then_some(v), closed)
+    }
+
+    /// The mprotect shoot-down first, membarrier-expedited where that is unavailable (CPUs
+    /// that flush other CPUs' TLBs without interrupts). Both interrupt every CPU running a
+    /// thread of this process. Why not membarrier first, as [`crate::fence::heavy`] does: on
+    /// the 2-vCPU Zen 4 guest the lab measured, registering the process for membarrier-expedited
+    /// and issuing one before each sleep made the *next* wake-up of a sleeping waiter 12%
+    /// slower against the raw futex floor (the lab's `eventcount` guarantee `wake-sp`: median
+    /// ratio 1.11–1.15 in four runs, against 1.00 with mprotect and 1.03–1.04 with no barrier).
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(loom), not(miri)))]
+    fn barrier_after_announcement() -> bool {
+        use crate::fence::Method;
+        static METHOD: std::sync::OnceLock<Option<Method>> = std::sync::OnceLock::new();
+        let method = *METHOD.get_or_init(|| {
+            if crate::fence::barrier(Method::Mprotect).is_ok() {
+                Some(Method::Mprotect)
+            } else if crate::fence::heavy_method() == Method::MembarrierExpedited {
+                Some(Method::MembarrierExpedited)
+            } else {
+                None
+            }
+        });
+        match method {
+            Some(Method::Mprotect) => {
+                // A failure now (a seccomp filter installed since) falls back to the next.
+                if crate::fence::barrier(Method::Mprotect).is_err() {
+                    crate::fence::heavy();
+                }
+                true
+            }
+            Some(_) => {
+                crate::fence::heavy();
+                true
+            }
+            None => false,
+        }
+    }
+
+    #[cfg(loom)]
+    fn barrier_after_announcement() -> bool {
+        crate::fence::heavy();
+        true
+    }
+
+    #[cfg(not(any(
+        all(target_arch = "x86_64", target_os = "linux", not(loom), not(miri)),
+        loom
+    )))]
+    fn barrier_after_announcement() -> bool {
+        true
+    }
+
     /// Wait until the version differs from `old` or `deadline` passes (`None`: no deadline).
     /// Returns the version seen. Returns at once if the version already differs.
     pub fn wait(&self, old: u64, deadline: Option<Deadline>) -> Result<u64, TimedOut> {
@@ -727,9 +818,10 @@ impl SpEventCount {
             deadline,
             iteration: 0,
         };
-        // Our standing announcement: when it was made and the value of `S` it left (None: not
-        // made, or taken by the producer); and the next nap.
-        let mut announced: Option<(Deadline, u32)> = None;
+        // Our standing announcement: when it was made, the value of `S` it left, and whether
+        // `settle` closed the window for it (None: not made, or taken by the producer); and
+        // the next nap.
+        let mut announced: Option<(Deadline, u32, bool)> = None;
         let mut nap = SP_FIRST_NAP;
         loop {
             if let Some(t) = pred(&mut state) {
@@ -740,21 +832,25 @@ impl SpEventCount {
                 return Waited::TimedOut;
             }
 
-            let (since, s) = match announced {
+            let (since, s, closed) = match announced {
                 Some(a) => a,
                 None => {
                     let s = self.sleepers.fetch_or(1, SeqCst) | 1;
                     if let Some(v) = self.changed_since(old, s) {
                         return Waited::Changed(v);
                     }
+                    let (changed, closed) = self.settle(old);
+                    if let Some(v) = changed {
+                        return Waited::Changed(v);
+                    }
                     nap = SP_FIRST_NAP;
-                    *announced.insert((Deadline::now(), s))
+                    *announced.insert((Deadline::now(), s, closed))
                 }
             };
 
             let mut sleep_until = state.deadline;
             let now = Deadline::now();
-            if now < since.saturating_add(SP_FLAG_SETTLE) {
+            if !closed && now < since.saturating_add(SP_FLAG_SETTLE) {
                 let wake = now.saturating_add(nap);
                 nap = nap.saturating_mul(2);
                 sleep_until = Some(sleep_until.map_or(wake, |d| d.min(wake)));
@@ -1026,6 +1122,70 @@ mod loom_models {
     use super::*;
     use loom::sync::Arc;
     use loom::thread;
+
+    /// The single-producer window at a burst's end: the producer publishes a burst of two
+    /// versions (store, look at `S`) while a waiter that read the first version announces
+    /// itself. Whatever the interleaving, the waiter returns with a newer version, woken by a
+    /// signal (a sleep through the signal is a loom deadlock: under loom a sleep with no
+    /// deadline ends only by a wake), and no wake-up is counted late.
+    #[test]
+    fn sp_window_at_a_burst_end() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(|| {
+            let ec = Arc::new(SpEventCount::new());
+            let mut p = ec.producer().unwrap();
+            p.increment();
+            let e2 = ec.clone();
+            let w = thread::spawn(move || e2.wait(1, None));
+            p.increment();
+            p.increment();
+            let got = w.join().unwrap().unwrap();
+            assert!(got == 2 || got == 3, "woke with {got}");
+            assert_eq!(ec.late_wakeups(), 0);
+        });
+    }
+
+    /// The window itself, on the words: the producer stores `V` and looks at `S` after
+    /// `fence::light()`; the waiter announces with a `SeqCst` `fetch_or`, optionally issues
+    /// `fence::heavy()`, and reads `V`. Returns whether some execution had both miss: the
+    /// producer saw no flag and the waiter the old version (a waiter that would then sleep
+    /// through the signal).
+    fn window_open(waiter_barrier: bool) -> bool {
+        use loom::sync::atomic::{AtomicU32, AtomicU64};
+        static MISSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        MISSED.store(false, std::sync::atomic::Ordering::Relaxed);
+        loom::model(move || {
+            let words = Arc::new((AtomicU64::new(0), AtomicU32::new(0)));
+            let w = words.clone();
+            let waiter = thread::spawn(move || {
+                w.1.fetch_or(1, SeqCst);
+                if waiter_barrier {
+                    crate::fence::heavy();
+                }
+                w.0.load(SeqCst)
+            });
+            words.0.store(1, Release);
+            crate::fence::light();
+            let flag = words.1.load(Relaxed) & 1 != 0;
+            let version = waiter.join().unwrap();
+            if !flag && version == 0 {
+                MISSED.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        MISSED.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// With the waiter's barrier no execution has both sides miss (what `settle` relies on);
+    /// without it loom finds one, so the model does reach the window.
+    #[test]
+    fn sp_window_closed_by_the_waiter_barrier() {
+        assert!(!window_open(true), "the barrier left the window open");
+        assert!(
+            window_open(false),
+            "loom found no execution with the window open: the model does not reach it"
+        );
+    }
 
     /// One waiter, one signal: the waiter must return with the new version (a lost wake-up is
     /// a loom deadlock).
