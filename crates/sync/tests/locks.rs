@@ -162,3 +162,246 @@ fn sleeping_locks_wake_their_sleepers() {
         run::<FutexMutex>();
     }
 }
+
+/// Spindle's `Condvar`: a bounded buffer (capacity 4) with a "not empty" and a "not full"
+/// condition variable, `threads()` / 2 producers and as many consumers, every hand-over
+/// signalled with `notify_one` (producers' and consumers' waits mixed: `wait_while`, `wait_for`
+/// with short timeouts, plain `wait` in a loop). Lost notifications are what must never
+/// happen: each wait is bounded (`wait_while_for`, 2 s), and a wait that times out while its
+/// condition had already become false counts as one. Also checks that every item arrives once
+/// and that `notify_all` at the end releases every consumer.
+#[test]
+fn condvar_bounded_buffer_loses_no_notification() {
+    use spindle_sync::lock::{Condvar, Mutex};
+    use std::collections::VecDeque;
+    use std::time::{Duration, Instant};
+
+    struct Buffer {
+        items: VecDeque<u64>,
+        done: bool,
+    }
+    const CAPACITY: usize = 4;
+    let side = (threads() / 2).max(2);
+    let per_producer: u64 = if cfg!(debug_assertions) {
+        20_000
+    } else {
+        200_000
+    };
+    let buf = Mutex::new(Buffer {
+        items: VecDeque::new(),
+        done: false,
+    });
+    let (not_empty, not_full) = (Condvar::new(), Condvar::new());
+    let lost = AtomicU64::new(0);
+    let sum = AtomicU64::new(0);
+    let received = AtomicU64::new(0);
+    let started = Instant::now();
+    let limit = common::time_limit();
+    let (buf, not_empty, not_full, lost, sum, received) =
+        (&buf, &not_empty, &not_full, &lost, &sum, &received);
+    let sent = AtomicU64::new(0);
+    let sent = &sent;
+    std::thread::scope(|s| {
+        let producers: Vec<_> = (0..side)
+            .map(|p| {
+                s.spawn(move || {
+                    for i in 0..per_producer {
+                        if started.elapsed() > limit {
+                            break;
+                        }
+                        let mut g = buf.lock();
+                        let r = not_full.wait_while_for(
+                            &mut g,
+                            |b| b.items.len() >= CAPACITY,
+                            Duration::from_secs(2),
+                        );
+                        if r.timed_out() {
+                            // Consumers exist and drain: a full buffer for 2 s means a
+                            // consumer slept through a "not empty" or we through "not full".
+                            lost.fetch_add(1, Relaxed);
+                            continue;
+                        }
+                        let item = (p as u64) << 32 | i;
+                        g.items.push_back(item);
+                        sent.fetch_add(item, Relaxed);
+                        drop(g);
+                        not_empty.notify_one();
+                    }
+                })
+            })
+            .collect();
+        for c in 0..side {
+            s.spawn(move || loop {
+                let mut g = buf.lock();
+                match c % 3 {
+                    0 => {
+                        let r = not_empty.wait_while_for(
+                            &mut g,
+                            |b| b.items.is_empty() && !b.done,
+                            Duration::from_secs(2),
+                        );
+                        if r.timed_out() && !g.items.is_empty() {
+                            lost.fetch_add(1, Relaxed);
+                        }
+                    }
+                    1 => {
+                        while g.items.is_empty() && !g.done {
+                            not_empty.wait_for(&mut g, Duration::from_micros(200));
+                        }
+                    }
+                    _ => {
+                        let deadline = Instant::now() + Duration::from_secs(2);
+                        while g.items.is_empty() && !g.done {
+                            if not_empty.wait_until(&mut g, deadline).timed_out() {
+                                if !g.items.is_empty() {
+                                    lost.fetch_add(1, Relaxed);
+                                }
+                                break;
+                            }
+                        }
+                    }
+                }
+                match g.items.pop_front() {
+                    Some(item) => {
+                        drop(g);
+                        sum.fetch_add(item, Relaxed);
+                        received.fetch_add(1, Relaxed);
+                        not_full.notify_one();
+                    }
+                    None if g.done => break,
+                    None => {}
+                }
+            });
+        }
+        for p in producers {
+            p.join().unwrap();
+        }
+        buf.lock().done = true;
+        not_empty.notify_all();
+    });
+    eprintln!(
+        "Condvar bounded buffer: {side} producers, {side} consumers, {} items in {:.1} s, {} lost notifications",
+        received.load(Relaxed),
+        started.elapsed().as_secs_f64(),
+        lost.load(Relaxed)
+    );
+    assert_eq!(lost.load(Relaxed), 0, "lost notifications");
+    assert_eq!(
+        sum.load(Relaxed),
+        sent.load(Relaxed),
+        "items lost or doubled"
+    );
+    assert!(received.load(Relaxed) > 0);
+}
+
+#[test]
+fn condvar_timeouts_and_notify_counts() {
+    use spindle_sync::lock::{Condvar, Mutex};
+    use std::time::{Duration, Instant};
+
+    let m = Mutex::new(0u32);
+    let cv = Condvar::new();
+    assert!(!cv.notify_one(), "nobody waits");
+    assert_eq!(cv.notify_all(), 0);
+    let mut g = m.lock();
+    let t = Instant::now();
+    assert!(cv.wait_for(&mut g, Duration::from_millis(20)).timed_out());
+    assert!(t.elapsed() >= Duration::from_millis(20));
+    assert!(cv
+        .wait_while_until(
+            &mut g,
+            |v| *v == 0,
+            Instant::now() + Duration::from_millis(5)
+        )
+        .timed_out());
+    assert!(!cv
+        .wait_while_for(&mut g, |v| *v != 0, Duration::from_secs(5))
+        .timed_out());
+    drop(g);
+    // Three sleepers, one notify_all: all three return, and it reports how many it woke.
+    let woken = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| {
+                let mut g = m.lock();
+                cv.wait_while(&mut g, |v| *v == 0);
+                woken.fetch_add(1, Relaxed);
+            });
+        }
+        // Wait until all three are registered (each holds no lock while asleep).
+        while format!("{cv:?}") != "Condvar { waiters: 3 }" {
+            std::thread::yield_now();
+        }
+        *m.lock() = 1;
+        let n = cv.notify_all();
+        assert!(n <= 3, "woke {n}");
+    });
+    assert_eq!(woken.load(Relaxed), 3);
+}
+
+/// Spindle's `Condvar` in strict hand-offs, where nothing but the notify can end a wait:
+/// `threads()` / 2 pairs, each passing a turn back and forth through one mutex and one
+/// condition variable (`notify_one` after every pass). A waiter that sleeps through its
+/// notification has nobody else to wake it: its `wait_while_for` (2 s) times out and counts a
+/// lost notification. (The bounded-buffer test cannot see one: there the next hand-over
+/// repairs it.)
+#[test]
+fn condvar_hand_offs_lose_no_notification() {
+    use spindle_sync::lock::{Condvar, Mutex};
+    use std::time::{Duration, Instant};
+
+    let pairs = (threads() / 2).max(2);
+    let passes: u64 = if cfg!(debug_assertions) {
+        5_000
+    } else {
+        50_000
+    };
+    let lost = AtomicU64::new(0);
+    let done = AtomicU64::new(0);
+    let started = Instant::now();
+    let limit = common::time_limit();
+    std::thread::scope(|s| {
+        for _ in 0..pairs {
+            let (lost, done) = (&lost, &done);
+            let shared = std::sync::Arc::new((Mutex::new(0u64), Condvar::new()));
+            for side in 0..2u64 {
+                let shared = shared.clone();
+                s.spawn(move || {
+                    let (turn, cv) = (&shared.0, &shared.1);
+                    let mut g = turn.lock();
+                    while *g < 2 * passes {
+                        if started.elapsed() > limit {
+                            *g = u64::MAX - 1;
+                            cv.notify_one();
+                            break;
+                        }
+                        if *g % 2 == side {
+                            *g += 1;
+                            done.fetch_add(1, Relaxed);
+                            cv.notify_one();
+                            continue;
+                        }
+                        let r = cv.wait_while_for(
+                            &mut g,
+                            |t| *t % 2 != side && *t < 2 * passes,
+                            Duration::from_secs(2),
+                        );
+                        if r.timed_out() {
+                            lost.fetch_add(1, Relaxed);
+                            *g = u64::MAX - 1;
+                            cv.notify_one();
+                        }
+                    }
+                });
+            }
+        }
+    });
+    eprintln!(
+        "Condvar hand-offs: {pairs} pairs, {} passes in {:.1} s, {} lost notifications",
+        done.load(Relaxed),
+        started.elapsed().as_secs_f64(),
+        lost.load(Relaxed)
+    );
+    assert_eq!(lost.load(Relaxed), 0, "lost notifications");
+    assert!(done.load(Relaxed) > 0);
+}

@@ -182,3 +182,93 @@ fn spindle_three_threads_uneven_rounds() {
     model_rounds::<SpindleLock>(&[3, 2, 1], 2, false);
     assert_slept(&mutex::MODEL_SLEEPS);
 }
+
+/// Condition variable models: a protected token count, waiters that take a token (waiting
+/// while there is none) and a notifier that adds tokens. Spindle's mutex underneath, with its
+/// sleeping path explored as in the models above. A lost notification leaves a waiter asleep
+/// with a token available: a loom deadlock.
+mod condvar {
+    use super::*;
+    use crate::lock::Condvar;
+
+    struct Tokens {
+        lock: SpindleLock,
+        cv: Condvar,
+        count: UnsafeCell<u32>,
+    }
+
+    // SAFETY: `count` is only touched with `lock` held.
+    unsafe impl Sync for Tokens {}
+
+    impl Tokens {
+        fn new() -> Tokens {
+            Tokens {
+                lock: SpindleLock::new(),
+                cv: Condvar::new(),
+                count: UnsafeCell::new(0),
+            }
+        }
+
+        fn take(&self) {
+            self.lock.lock();
+            // SAFETY (both accesses): the lock is held; `wait_raw` returns with it held.
+            while self.count.with(|c| unsafe { *c }) == 0 {
+                // SAFETY: this thread holds the lock.
+                unsafe { self.cv.wait_raw(&self.lock, None) };
+            }
+            self.count.with_mut(|c| unsafe { *c -= 1 });
+            // SAFETY: this thread holds the lock.
+            unsafe { self.lock.unlock() };
+        }
+
+        /// Add `n` tokens under the lock, then notify (one or all) after unlocking.
+        fn give(&self, n: u32, all: bool) {
+            self.lock.lock();
+            // SAFETY: the lock is held.
+            self.count.with_mut(|c| unsafe { *c += n });
+            // SAFETY: this thread holds the lock.
+            unsafe { self.lock.unlock() };
+            if all {
+                self.cv.notify_all();
+            } else {
+                self.cv.notify_one();
+            }
+        }
+    }
+
+    fn run(waiters: usize, gifts: &'static [(u32, bool)], bound: usize) {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(bound);
+        b.max_branches = 20_000;
+        b.check(move || {
+            let t = Arc::new(Tokens::new());
+            let hs: Vec<_> = (0..waiters)
+                .map(|_| {
+                    let t = t.clone();
+                    loom::thread::spawn(move || t.take())
+                })
+                .collect();
+            for &(n, all) in gifts {
+                t.give(n, all);
+            }
+            for h in hs {
+                h.join().unwrap();
+            }
+        });
+    }
+
+    #[test]
+    fn one_waiter_notify_one() {
+        run(1, &[(1, false)], 3);
+    }
+
+    #[test]
+    fn two_waiters_notify_all() {
+        run(2, &[(2, true)], 2);
+    }
+
+    #[test]
+    fn two_waiters_two_notify_ones() {
+        run(2, &[(1, false), (1, false)], 2);
+    }
+}

@@ -10,6 +10,10 @@
 //! | [`SpinLock`] | [`SpinMutex<T>`] | test-and-test-and-set, 16 `pause`s then `sched_yield` |
 //! | [`TicketLock`] | [`TicketMutex<T>`] | FIFO ticket spinlock, same pause/yield policy |
 //!
+//! [`Condvar`] is the condition variable for Spindle's [`Mutex`], with parking_lot's API
+//! (`wait`, `wait_for`, `wait_until`, `wait_while` and its timed forms, `notify_one`,
+//! `notify_all`); a notify with no waiter makes no system call.
+//!
 //! Each module's header states its protocol: words, invariants, orderings, linearisation
 //! points and, for the sleeping locks, why no wake-up is lost. Loom models of every lock are
 //! in `loom_models.rs`; `tests/locks.rs` counts mutual-exclusion breaches on real threads.
@@ -39,6 +43,7 @@
 //!   ticket's thread to be scheduled, so a run can take many times as long as with any other
 //!   lock.
 
+pub mod condvar;
 mod futex_mutex;
 mod mutex;
 mod spin;
@@ -47,6 +52,7 @@ mod ticket;
 #[cfg(all(test, loom))]
 mod loom_models;
 
+pub use condvar::{Condvar, WaitTimeoutResult};
 pub use futex_mutex::FutexMutex;
 pub use mutex::SpindleLock;
 pub use spin::SpinLock;
