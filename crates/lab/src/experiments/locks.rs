@@ -15,6 +15,11 @@
 //! profile's target (on the first visit; later visits measure the same runs); a run stops at a
 //! cap of 8 × that target and is then marked capped.
 //!
+//! Two more sections measure condition variables (std's, parking_lot's and Spindle's, each
+//! with its own mutex): `notify_one` with nobody waiting (one thread), and two threads passing
+//! a turn back and forth with `wait_while` and `notify_one`, where every pass is a futex
+//! wake-up or a waiter found not yet asleep.
+//!
 //! The locks are one table in `run` (id, label, a run over that lock), every lock in both
 //! sections; [`REFERENCE`] holds the post's figures under the same ids.
 
@@ -22,10 +27,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::time::Duration;
 
 use parking_lot::lock_api::{Mutex, RawMutex};
-use spindle_sync::lock::{FutexMutex, SpinLock, SpindleLock, TicketLock};
+use spindle_sync::lock::{Condvar, FutexMutex, SpinLock, SpindleLock, TicketLock};
 
 use super::spinlocks::{TasLock, TtasLock};
-use crate::kit::{calibrate, run_together, CachePadded};
+use crate::kit::{calibrate, run_together, time, CachePadded, Span};
 use crate::references::MUTEXES;
 use crate::results::{ExperimentResult, Table};
 use crate::runner::{Ctx, Experiment};
@@ -33,6 +38,150 @@ use crate::spec::{Claim, Info, Metric, Plan, Sample, Section, Variant};
 use crate::sys::rdtsc;
 
 pub struct Locks;
+
+/// A mutex and condition variable pair as the condition-variable sections use it.
+trait CondPair: Sync {
+    /// Pass the turn: wait until `*turn % 2 == side`, then increment it and notify one.
+    fn pass(&self, side: u64);
+    /// Notify one waiter (there is none).
+    fn notify(&self);
+}
+
+impl CondPair for (std::sync::Mutex<u64>, std::sync::Condvar) {
+    fn pass(&self, side: u64) {
+        let mut g = self
+            .1
+            .wait_while(self.0.lock().unwrap_or_else(|e| e.into_inner()), |t| {
+                *t % 2 != side
+            })
+            .unwrap_or_else(|e| e.into_inner());
+        *g += 1;
+        drop(g);
+        self.1.notify_one();
+    }
+    fn notify(&self) {
+        self.1.notify_one();
+    }
+}
+
+impl CondPair for (parking_lot::Mutex<u64>, parking_lot::Condvar) {
+    fn pass(&self, side: u64) {
+        let mut g = self.0.lock();
+        self.1.wait_while(&mut g, |t| *t % 2 != side);
+        *g += 1;
+        drop(g);
+        self.1.notify_one();
+    }
+    fn notify(&self) {
+        self.1.notify_one();
+    }
+}
+
+impl CondPair for (spindle_sync::lock::Mutex<u64>, Condvar) {
+    fn pass(&self, side: u64) {
+        let mut g = self.0.lock();
+        self.1.wait_while(&mut g, |t| *t % 2 != side);
+        *g += 1;
+        drop(g);
+        self.1.notify_one();
+    }
+    fn notify(&self) {
+        self.1.notify_one();
+    }
+}
+
+/// `n` notifies with nobody waiting, one thread.
+#[inline(never)]
+fn notifies(pair: &impl CondPair, n: u64) -> Span {
+    time(|| (0..n).for_each(|_| pair.notify()))
+}
+
+/// Two threads pass a turn back and forth `n` times in all (each waits for its turn, takes it
+/// and notifies the other): every pass wakes a thread asleep on the condition variable, or
+/// finds it not yet asleep.
+fn hand_offs(pair: &impl CondPair, reset: impl Fn(), n: u64) -> Span {
+    reset();
+    let half = n.div_ceil(2);
+    run_together(2, None, |side| {
+        for _ in 0..half {
+            pair.pass(side as u64);
+        }
+    })
+}
+
+/// The condition-variable sections: std's, parking_lot's and Spindle's, each with its own
+/// mutex.
+fn condvar_sections<'a>(plan: &mut Plan<'a>, pairs: &'a CondPairs) {
+    plan.section(
+        Section::per_op(
+            "notify",
+            "Condition variable: notify_one with nobody waiting, one thread",
+            "notify",
+        )
+        .baseline("notify-std"),
+    );
+    plan.variant(Variant::per_op(
+        "notify",
+        "notify-std",
+        "std Condvar",
+        |n| notifies(&*pairs.std, n),
+    ));
+    plan.variant(Variant::per_op(
+        "notify",
+        "notify-pl",
+        "parking_lot Condvar",
+        |n| notifies(&*pairs.pl, n),
+    ));
+    plan.variant(Variant::per_op(
+        "notify",
+        "notify-spindle",
+        "Spindle Condvar",
+        |n| notifies(&*pairs.spindle, n),
+    ));
+    plan.section(
+        Section::per_op(
+            "handoff",
+            "Condition variable: two threads pass a turn back and forth (wait_while, notify_one)",
+            "pass",
+        )
+        .baseline("handoff-std"),
+    );
+    plan.variant(
+        Variant::per_op("handoff", "handoff-std", "std Mutex + Condvar", |n| {
+            hand_offs(
+                &*pairs.std,
+                || *pairs.std.0 .0.lock().unwrap_or_else(|e| e.into_inner()) = 0,
+                n,
+            )
+        })
+        .threads(2),
+    );
+    plan.variant(
+        Variant::per_op(
+            "handoff",
+            "handoff-pl",
+            "parking_lot Mutex + Condvar",
+            |n| hand_offs(&*pairs.pl, || *pairs.pl.0 .0.lock() = 0, n),
+        )
+        .threads(2),
+    );
+    plan.variant(
+        Variant::per_op(
+            "handoff",
+            "handoff-spindle",
+            "Spindle Mutex + Condvar",
+            |n| hand_offs(&*pairs.spindle, || *pairs.spindle.0 .0.lock() = 0, n),
+        )
+        .threads(2),
+    );
+}
+
+/// One pair of each kind, each on lines of its own.
+struct CondPairs {
+    std: CachePadded<(std::sync::Mutex<u64>, std::sync::Condvar)>,
+    pl: CachePadded<(parking_lot::Mutex<u64>, parking_lot::Condvar)>,
+    spindle: CachePadded<(spindle_sync::lock::Mutex<u64>, Condvar)>,
+}
 
 /// One run of a lock with T threads and n iterations each.
 type RunOf<'a> = &'a dyn Fn(usize, u64) -> Sample;
@@ -313,6 +462,27 @@ fn claims(plan: &mut Plan<'_>) {
         .metric("run")
         .at_least(1.2),
     );
+    plan.claim(
+        Claim::guarantee(
+            "condvar-notify",
+            "Spindle's Condvar::notify_one with nobody waiting costs at most 1.1 × parking_lot's (a load and a branch: no system call)",
+        )
+        .ratio("notify-spindle", "notify-pl")
+        .at_most(1.1),
+    );
+    for (id, peer, name) in [
+        ("condvar-handoff-pl", "pl", "parking_lot's"),
+        ("condvar-handoff-std", "std", "std's"),
+    ] {
+        plan.claim(
+            Claim::guarantee(
+                id,
+                format!("Passing a turn between two threads through Spindle's Mutex + Condvar takes at most 1.1 × as long as through {name} (the kernel's futex wake-up dominates every pass)"),
+            )
+            .ratio("handoff-spindle", format!("handoff-{peer}"))
+            .at_most(1.1),
+        );
+    }
     plan.note("“SpinLock” is the post's improved spinlock (TTAS, 16 pauses, then sched_yield). Waits and idle times: the claims compare the mean of the four longest of one Spindle run with that of one std run of the same trial (the post's “four longest”; one rare stall of the VM moves it less than the longest alone).");
     plan.note("The post ran latency and idle measurements in separate runs (100 and 1000 of them); here each run measures both, and “largest” is the largest per-run value over this run's trials.");
 }
@@ -394,9 +564,16 @@ impl Experiment for Locks {
             }),
         ];
 
+        let pairs = CondPairs {
+            std: CachePadded((std::sync::Mutex::new(0), std::sync::Condvar::new())),
+            pl: CachePadded((parking_lot::Mutex::new(0), parking_lot::Condvar::new())),
+            spindle: CachePadded((spindle_sync::lock::Mutex::new(0), Condvar::new())),
+        };
+
         // Sections and variants: every lock at both thread counts.
         let mut plan = Plan::new();
         sections(&mut plan, &levels, &locks, target);
+        condvar_sections(&mut plan, &pairs);
         plan.param(
             "per-run time cap",
             format!(
