@@ -139,7 +139,10 @@
 //!    sleep, which costs a futex sleep and wake anyway, and it is skipped when the version
 //!    moves while the waiter watches it for 2 µs after announcing (a time, not a count of
 //!    `pause`s, whose length differs by an order of magnitude between cores). The signal's
-//!    fast path keeps its store, load and branch.
+//!    fast path keeps its store, load and branch. A waiter that slept after its barrier still
+//!    re-reads the version once a second: not part of the argument, a backstop should some
+//!    platform's barrier stop interrupting CPUs (whose result would then show in
+//!    [`SpEventCount::late_wakeups`] instead of as a waiter asleep for good).
 //!
 //! Where the only process-wide barrier is `membarrier(GLOBAL)`, which waits for an RCU grace
 //! period (milliseconds), the waiter does not issue it: it sleeps in naps of 4, 8, 16, … ms for
@@ -224,6 +227,9 @@ const SP_DRAIN: std::time::Duration = std::time::Duration::from_micros(2);
 const SP_FLAG_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 #[cfg(loom)]
 const SP_FLAG_SETTLE: std::time::Duration = std::time::Duration::ZERO;
+/// The longest a single-producer waiter sleeps without re-reading the version, where its
+/// barrier closed the window (see `wait_until`).
+const SP_BACKSTOP: std::time::Duration = std::time::Duration::from_secs(1);
 /// The first nap of a single-producer waiter; each next one doubles.
 const SP_FIRST_NAP: std::time::Duration = std::time::Duration::from_millis(4);
 
@@ -773,12 +779,15 @@ impl SpEventCount {
         true
     }
 
+    /// Elsewhere the producer's look is a `SeqCst` fence and a load, and the memory model
+    /// already closes the window — except on x86-64 outside Linux (not Miri), whose look is the
+    /// `asm` load and which has no process-wide barrier here: there the waiter keeps the naps.
     #[cfg(not(any(
         all(target_arch = "x86_64", target_os = "linux", not(loom), not(miri)),
         loom
     )))]
     fn barrier_after_announcement() -> bool {
-        true
+        !cfg!(all(target_arch = "x86_64", not(miri)))
     }
 
     /// Wait until the version differs from `old` or `deadline` passes (`None`: no deadline).
@@ -853,6 +862,13 @@ impl SpEventCount {
             if !closed && now < since.saturating_add(SP_FLAG_SETTLE) {
                 let wake = now.saturating_add(nap);
                 nap = nap.saturating_mul(2);
+                sleep_until = Some(sleep_until.map_or(wake, |d| d.min(wake)));
+            } else if closed && !cfg!(loom) {
+                // A backstop, not part of the argument: should a platform's barrier ever fail
+                // to interrupt the producer's CPU (a TLB flush that stops needing interrupts,
+                // as AMD's INVLPGB did), a waiter re-reads the version once a second instead
+                // of sleeping through the signal for good, and `late_wakeups` shows it.
+                let wake = now.saturating_add(SP_BACKSTOP);
                 sleep_until = Some(sleep_until.map_or(wake, |d| d.min(wake)));
             }
             self.parking.wait32(&self.sleepers, s, sleep_until);

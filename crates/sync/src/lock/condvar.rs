@@ -286,6 +286,7 @@ impl Condvar {
         let r = self.parking.wait32(&self.seq, s, deadline);
         self.waiters.fetch_sub(1, SeqCst);
         lock.lock();
-        r == WaitResult::TimedOut
+        // A wake or a changed word can come after the deadline: it still ends a timed wait.
+        r == WaitResult::TimedOut || deadline.is_some_and(Deadline::has_passed)
     }
 }

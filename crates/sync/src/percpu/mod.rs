@@ -115,10 +115,11 @@ fn index_field() -> usize {
     }
 }
 
-/// How many slot indices the kernel can hand out: CPUs the system may ever bring online
-/// (concurrency ids are below that too).
-fn possible_cpus() -> usize {
-    let parsed = std::fs::read_to_string("/sys/devices/system/cpu/possible")
+/// How many slot indices the kernel can hand out, as the kernel says it (`nr_cpu_ids`: CPUs the
+/// system may ever bring online; concurrency ids are below that too); None where
+/// `/sys/devices/system/cpu/possible` cannot be read (a sandbox without `/sys`).
+fn possible_cpus_from_kernel() -> Option<usize> {
+    std::fs::read_to_string("/sys/devices/system/cpu/possible")
         .ok()
         .and_then(|s| {
             s.trim()
@@ -126,9 +127,14 @@ fn possible_cpus() -> usize {
                 .filter_map(|r| r.rsplit('-').next()?.parse::<usize>().ok())
                 .max()
         })
-        .map(|m| m + 1);
+        .map(|m| m + 1)
+}
+
+/// How many slots to make: the kernel's count, or, where it cannot be read, the CPUs this
+/// process may run on (then not a bound on the indices: users must check them).
+fn possible_cpus() -> usize {
     let online = std::thread::available_parallelism().map_or(1, |n| n.get());
-    parsed.unwrap_or(online).max(online)
+    possible_cpus_from_kernel().unwrap_or(online).max(online)
 }
 
 /// A small per-thread number for the fallback shards.
@@ -217,6 +223,14 @@ impl PerCpuCounter {
 
     fn build(by: Index) -> Self {
         let n = possible_cpus();
+        // The section masks the slot index instead of checking it, which is only right when
+        // the slots cover every index the kernel can hand out: without the kernel's count
+        // (no `/sys`), two CPUs could share a slot and lose adds, so take the fallback.
+        let by = if possible_cpus_from_kernel().is_none() {
+            Index::None
+        } else {
+            by
+        };
         let words = |k| (0..k).map(|_| CachePadded(AtomicU64::new(0))).collect();
         PerCpuCounter {
             // A power of two, so that the section can mask the slot index instead of
@@ -278,7 +292,8 @@ impl PerCpuCounter {
 /// the index field is a constant displacement (a register offset made the load wait on the
 /// descriptor store on Zen 4), the index is masked rather than checked (the kernel keeps
 /// `cpu_id` and `mm_cid` below the possible CPUs, which `cpus.len()`, a power of two, covers;
-/// the mask only makes a broken kernel lose counts instead of writing out of bounds), the
+/// the mask only makes a broken kernel lose counts instead of writing out of bounds; without
+/// the kernel's count of possible CPUs the counter never gets here), the
 /// commit is one `add` to memory (an instruction the kernel cannot split: preempted before
 /// it, the section restarts; after it, the add happened once), and the abort handler counts
 /// aborts itself, so nothing is tested after the section.
@@ -327,6 +342,9 @@ unsafe fn add_rseq<const FIELD: usize>(area: *mut u8, cpus: &[CachePadded<Atomic
             field = const FIELD,
             cs = const rseq::RSEQ_CS,
             sig = const rseq::SIGNATURE,
+            // A rip-relative reference: right in executables and cdylibs (PIE or not, static
+            // or not); a Rust `dylib` build of this crate (`-C prefer-dynamic`) would need the
+            // address passed in a register instead.
             aborts = sym ABORTS,
             out("rax") _,
             options(nostack),
