@@ -97,8 +97,8 @@
 //! loop:
 //!     s = fetch_or(S, 1) | 1           // lock or: announce, a full barrier (unless standing)
 //!     (fresh announcement) watch V for 2 µs (and 32 pauses) while S == s;
-//!         then a process-wide barrier (fence::heavy); return Changed if V != v
-//!     futex_wait(S, s, deadline)
+//!         then a process-wide barrier (mprotect or membarrier); return Changed if V != v
+//!     futex_wait(S, s, min(deadline, 1 s))    // the 1 s: a backstop, see fact 3
 //!         (no IPI barrier here: naps of 4, 8, 16, … ms during the first second instead)
 //!     return Changed if V != v; TimedOut if the deadline passed
 //!     if S != s: the producer took our announcement (maybe an older waiter's); announce again
@@ -151,8 +151,8 @@
 //! "Preemption Is GC for Memory Reordering", 2019) to bound how late a wake-up can be: one
 //! nap. [`SpEventCount::late_wakeups`] counts such wake-ups; with an IPI barrier it stays zero
 //! (`tests/eventcount.rs` asserts it over a million bursts whose waiters arrive exactly at
-//! burst ends). An earlier version relied on the watch and the naps alone, and 2-vCPU KVM
-//! guests saw up to 8 late wake-ups per million such bursts.
+//! burst ends). An earlier version relied on the watch and the naps alone, and on 2-vCPU KVM
+//! guests that test saw a few late wake-ups per million such bursts.
 //!
 //! The futex sleeps on `S`, not `V`: the producer's clear changes `S`, so a waiter about to
 //! sleep when the producer clears and wakes fails the kernel's comparison and returns instead
@@ -584,9 +584,10 @@ impl SpEventCount {
     /// because its sleep timed out — a wake-up late by up to that sleep's length (a nap: 4 ms,
     /// then 8, …). Zero where the waiter's barrier closes the window (see the module
     /// documentation, fact 2: any system with `membarrier` or `mprotect`); the stress tests
-    /// assert that it stays zero. Counted on the waiter's slow path only. (A timeout that coincides with the nanoseconds between a signal's
-    /// version store and its look at the announcement counts too.) The multi-producer [`EventCount`] needs no such counter: its flag and version
-    /// share one word that every signal changes with a `lock`ed instruction.
+    /// assert that it stays zero. Counted on the waiter's slow path only. (A timeout that
+    /// coincides with the nanoseconds between a signal's version store and its look at the
+    /// announcement counts too.) The multi-producer [`EventCount`] needs no such counter: its
+    /// flag and version share one word that every signal changes with a `lock`ed instruction.
     pub fn late_wakeups(&self) -> u64 {
         self.late.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -740,10 +741,10 @@ impl SpEventCount {
     /// The mprotect shoot-down first, membarrier-expedited where that is unavailable (CPUs
     /// that flush other CPUs' TLBs without interrupts). Both interrupt every CPU running a
     /// thread of this process. Why not membarrier first, as [`crate::fence::heavy`] does: on
-    /// the 2-vCPU Zen 4 guest the lab measured, registering the process for membarrier-expedited
-    /// and issuing one before each sleep made the *next* wake-up of a sleeping waiter 12%
-    /// slower against the raw futex floor (the lab's `eventcount` guarantee `wake-sp`: median
-    /// ratio 1.11–1.15 in four runs, against 1.00 with mprotect and 1.03–1.04 with no barrier).
+    /// the 2-vCPU Zen 4 guest where this was written, registering the process for
+    /// membarrier-expedited and issuing one before each sleep made the *next* wake-up of a
+    /// sleeping waiter slower, enough to break the lab's `eventcount` guarantee `wake-sp`
+    /// (within 1.1 × the raw futex floor), which holds with mprotect; the cause is not known.
     #[cfg(all(target_arch = "x86_64", target_os = "linux", not(loom), not(miri)))]
     fn barrier_after_announcement() -> bool {
         use crate::fence::Method;

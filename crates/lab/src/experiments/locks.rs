@@ -41,6 +41,8 @@ pub struct Locks;
 
 /// A mutex and condition variable pair as the condition-variable sections use it.
 trait CondPair: Sync {
+    /// Set the turn back to 0.
+    fn reset(&self);
     /// Pass the turn: wait until `*turn % 2 == side`, then increment it and notify one.
     fn pass(&self, side: u64);
     /// Notify one waiter (there is none).
@@ -48,6 +50,9 @@ trait CondPair: Sync {
 }
 
 impl CondPair for (std::sync::Mutex<u64>, std::sync::Condvar) {
+    fn reset(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = 0;
+    }
     fn pass(&self, side: u64) {
         let mut g = self
             .1
@@ -64,29 +69,44 @@ impl CondPair for (std::sync::Mutex<u64>, std::sync::Condvar) {
     }
 }
 
-impl CondPair for (parking_lot::Mutex<u64>, parking_lot::Condvar) {
-    fn pass(&self, side: u64) {
-        let mut g = self.0.lock();
-        self.1.wait_while(&mut g, |t| *t % 2 != side);
-        *g += 1;
-        drop(g);
-        self.1.notify_one();
-    }
-    fn notify(&self) {
-        self.1.notify_one();
-    }
+/// parking_lot's and Spindle's pairs: a `lock_api` mutex and a condition variable with
+/// parking_lot's API.
+macro_rules! lock_api_cond_pair {
+    ($mutex:ty, $condvar:ty) => {
+        impl CondPair for ($mutex, $condvar) {
+            fn reset(&self) {
+                *self.0.lock() = 0;
+            }
+            fn pass(&self, side: u64) {
+                let mut g = self.0.lock();
+                self.1.wait_while(&mut g, |t| *t % 2 != side);
+                *g += 1;
+                drop(g);
+                self.1.notify_one();
+            }
+            fn notify(&self) {
+                self.1.notify_one();
+            }
+        }
+    };
+}
+lock_api_cond_pair!(parking_lot::Mutex<u64>, parking_lot::Condvar);
+lock_api_cond_pair!(spindle_sync::lock::Mutex<u64>, Condvar);
+
+/// One pair of each kind, each on lines of its own.
+struct CondPairs {
+    std: CachePadded<(std::sync::Mutex<u64>, std::sync::Condvar)>,
+    pl: CachePadded<(parking_lot::Mutex<u64>, parking_lot::Condvar)>,
+    spindle: CachePadded<(spindle_sync::lock::Mutex<u64>, Condvar)>,
 }
 
-impl CondPair for (spindle_sync::lock::Mutex<u64>, Condvar) {
-    fn pass(&self, side: u64) {
-        let mut g = self.0.lock();
-        self.1.wait_while(&mut g, |t| *t % 2 != side);
-        *g += 1;
-        drop(g);
-        self.1.notify_one();
-    }
-    fn notify(&self) {
-        self.1.notify_one();
+impl CondPairs {
+    fn new() -> CondPairs {
+        CondPairs {
+            std: CachePadded((std::sync::Mutex::new(0), std::sync::Condvar::new())),
+            pl: CachePadded((parking_lot::Mutex::new(0), parking_lot::Condvar::new())),
+            spindle: CachePadded((spindle_sync::lock::Mutex::new(0), Condvar::new())),
+        }
     }
 }
 
@@ -99,14 +119,33 @@ fn notifies(pair: &impl CondPair, n: u64) -> Span {
 /// Two threads pass a turn back and forth `n` times in all (each waits for its turn, takes it
 /// and notifies the other): every pass wakes a thread asleep on the condition variable, or
 /// finds it not yet asleep.
-fn hand_offs(pair: &impl CondPair, reset: impl Fn(), n: u64) -> Span {
-    reset();
+fn hand_offs(pair: &impl CondPair, n: u64) -> Span {
+    pair.reset();
     let half = n.div_ceil(2);
     run_together(2, None, |side| {
         for _ in 0..half {
             pair.pass(side as u64);
         }
     })
+}
+
+/// One condition variable's variants, `notify-<id>` and `handoff-<id>`.
+fn condvar_variants<'a>(plan: &mut Plan<'a>, id: &str, name: &str, pair: &'a impl CondPair) {
+    plan.variant(Variant::per_op(
+        "notify",
+        format!("notify-{id}"),
+        format!("{name} Condvar"),
+        move |n| notifies(pair, n),
+    ));
+    plan.variant(
+        Variant::per_op(
+            "handoff",
+            format!("handoff-{id}"),
+            format!("{name} Mutex + Condvar"),
+            move |n| hand_offs(pair, n),
+        )
+        .threads(2),
+    );
 }
 
 /// The condition-variable sections: std's, parking_lot's and Spindle's, each with its own
@@ -120,24 +159,6 @@ fn condvar_sections<'a>(plan: &mut Plan<'a>, pairs: &'a CondPairs) {
         )
         .baseline("notify-std"),
     );
-    plan.variant(Variant::per_op(
-        "notify",
-        "notify-std",
-        "std Condvar",
-        |n| notifies(&*pairs.std, n),
-    ));
-    plan.variant(Variant::per_op(
-        "notify",
-        "notify-pl",
-        "parking_lot Condvar",
-        |n| notifies(&*pairs.pl, n),
-    ));
-    plan.variant(Variant::per_op(
-        "notify",
-        "notify-spindle",
-        "Spindle Condvar",
-        |n| notifies(&*pairs.spindle, n),
-    ));
     plan.section(
         Section::per_op(
             "handoff",
@@ -146,41 +167,9 @@ fn condvar_sections<'a>(plan: &mut Plan<'a>, pairs: &'a CondPairs) {
         )
         .baseline("handoff-std"),
     );
-    plan.variant(
-        Variant::per_op("handoff", "handoff-std", "std Mutex + Condvar", |n| {
-            hand_offs(
-                &*pairs.std,
-                || *pairs.std.0 .0.lock().unwrap_or_else(|e| e.into_inner()) = 0,
-                n,
-            )
-        })
-        .threads(2),
-    );
-    plan.variant(
-        Variant::per_op(
-            "handoff",
-            "handoff-pl",
-            "parking_lot Mutex + Condvar",
-            |n| hand_offs(&*pairs.pl, || *pairs.pl.0 .0.lock() = 0, n),
-        )
-        .threads(2),
-    );
-    plan.variant(
-        Variant::per_op(
-            "handoff",
-            "handoff-spindle",
-            "Spindle Mutex + Condvar",
-            |n| hand_offs(&*pairs.spindle, || *pairs.spindle.0 .0.lock() = 0, n),
-        )
-        .threads(2),
-    );
-}
-
-/// One pair of each kind, each on lines of its own.
-struct CondPairs {
-    std: CachePadded<(std::sync::Mutex<u64>, std::sync::Condvar)>,
-    pl: CachePadded<(parking_lot::Mutex<u64>, parking_lot::Condvar)>,
-    spindle: CachePadded<(spindle_sync::lock::Mutex<u64>, Condvar)>,
+    condvar_variants(plan, "std", "std", &*pairs.std);
+    condvar_variants(plan, "pl", "parking_lot", &*pairs.pl);
+    condvar_variants(plan, "spindle", "Spindle", &*pairs.spindle);
 }
 
 /// One run of a lock with T threads and n iterations each.
@@ -564,11 +553,7 @@ impl Experiment for Locks {
             }),
         ];
 
-        let pairs = CondPairs {
-            std: CachePadded((std::sync::Mutex::new(0), std::sync::Condvar::new())),
-            pl: CachePadded((parking_lot::Mutex::new(0), parking_lot::Condvar::new())),
-            spindle: CachePadded((spindle_sync::lock::Mutex::new(0), Condvar::new())),
-        };
+        let pairs = CondPairs::new();
 
         // Sections and variants: every lock at both thread counts.
         let mut plan = Plan::new();

@@ -52,10 +52,12 @@ impl Counters {
             Kind::Ours => add_percpu(&self.ours, n),
             Kind::Fallback => add_percpu(&self.fallback, n),
             Kind::Shared => add_shared(&self.shared, n),
-            Kind::Floor => self.floor_total.fetch_add(add_floor(n), Relaxed),
+            Kind::Floor => {
+                self.floor_total.fetch_add(add_floor(n), Relaxed);
+            }
             Kind::ByCpu => add_by_cpu(&self.by_cpu, n),
             Kind::Crate => add_crate(&self.crate_tl, n),
-        };
+        }
     }
 
     fn sum(&self, kind: Kind) -> u64 {
@@ -81,17 +83,15 @@ enum Kind {
 }
 
 #[inline(never)]
-fn add_percpu(c: &PerCpuCounter, n: u64) -> u64 {
+fn add_percpu(c: &PerCpuCounter, n: u64) {
     (0..n).for_each(|_| c.add(1));
-    0
 }
 
 #[inline(never)]
-fn add_shared(c: &AtomicU64, n: u64) -> u64 {
+fn add_shared(c: &AtomicU64, n: u64) {
     (0..n).for_each(|_| {
         c.fetch_add(1, Relaxed);
     });
-    0
 }
 
 /// The floor: a thread-local word, loaded and stored (atomics keep each add a real memory
@@ -103,21 +103,19 @@ fn add_floor(n: u64) -> u64 {
 }
 
 #[inline(never)]
-fn add_by_cpu(shards: &[CachePadded<AtomicU64>], n: u64) -> u64 {
+fn add_by_cpu(shards: &[CachePadded<AtomicU64>], n: u64) {
     (0..n).for_each(|_| {
         let cpu = rustix::thread::sched_getcpu() % shards.len();
         shards[cpu].fetch_add(1, Relaxed);
     });
-    0
 }
 
 #[inline(never)]
-fn add_crate(t: &ThreadLocal<CachePadded<AtomicU64>>, n: u64) -> u64 {
+fn add_crate(t: &ThreadLocal<CachePadded<AtomicU64>>, n: u64) {
     (0..n).for_each(|_| {
         let c = t.get_or_default();
         c.store(c.load(Relaxed) + 1, Relaxed);
     });
-    0
 }
 
 /// A counter: one entry of [`RIVALS`].
@@ -305,10 +303,10 @@ fn add_floor_reloaded(n: u64) -> u64 {
 /// Times the floor's increment with its address in a register and with its address loaded
 /// before each add, interleaved, best of seven rounds of 2^21 adds each (a few ms in all).
 ///
-/// Some CPUs (Zen 3 and later; Intel since Ice Lake, in some forms) rename memory: when a load
-/// reads the same address register and displacement as a recent store, they hand the stored
-/// value to the load at rename, and a loop incrementing one word runs at about one add per
-/// cycle instead of one per store-to-load forwarding latency. A per-CPU add cannot have that:
+/// Some CPUs rename memory (the Zen 4 guest this was written on does; whether others do is
+/// what the probe is for): when a load reads the same address register and displacement as a
+/// recent store, they hand the stored value to the load at rename, and a loop incrementing one
+/// word runs at about one add per cycle instead of one per store-to-load forwarding latency. A per-CPU add cannot have that:
 /// its slot address is computed from the slot index, which it must load afresh each time (the
 /// thread may have moved), so the register holding it is rewritten before every add.
 fn probe_renaming() -> Renaming {

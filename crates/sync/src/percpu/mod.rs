@@ -36,7 +36,8 @@
 //! (the stacks: outside, leave and take the fallback) or masks it with their power-of-two
 //! count (the counter), reads the slot's words, and ends with one instruction that writes
 //! memory (the commit): the counter's unlocked `add` to its slot, or the stack's plain store
-//! of its new length. The kernel cannot stop a thread half-way through one instruction. The descriptor lives in
+//! of its new length. The kernel cannot stop a thread half-way through one instruction. The
+//! descriptor lives in
 //! section `__rseq_cs`; the abort handler, in `__rseq_failure`, is preceded by the 4-byte
 //! signature the registration declared (glibc's `0x53053053`, behind a `ud1` opcode so that
 //! the bytes never decode as a useful instruction), counts the abort and restarts from the
@@ -49,8 +50,8 @@
 //! commit, without any other thread running on its CPU in between, and without a signal
 //! handler running on its own thread.
 //!
-//! **Why one instruction commits.** Invariant: *only a thread currently holding slot index i writes
-//! slot i, and it writes it only with the commit of an uninterrupted section.* A thread
+//! **Why one instruction commits.** Invariant: *only a thread currently holding slot index i
+//! writes slot i, and it writes it only with the commit of an uninterrupted section.* A thread
 //! holds index i while it runs on CPU i (or holds concurrency id i); no two running threads
 //! hold the same index. A section's loads of slot i and its commit therefore happen with no
 //! other write to slot i in between: another writer would have to run on the same CPU (or
@@ -68,7 +69,8 @@
 //!
 //! **Orderings.** Commits are plain stores (a `mov`, or the store half of an unlocked `add`):
 //! on x86-TSO they are release stores, and slots are `AtomicU64`s that readers load with
-//! `Relaxed` ordering; an aligned 8-byte store is single-copy atomic, so [`PerCpuCounter::sum`] never sees a torn word. `sum` is not a
+//! `Relaxed` ordering; an aligned 8-byte store is single-copy atomic, so
+//! [`PerCpuCounter::sum`] never sees a torn word. `sum` is not a
 //! snapshot: with adds in flight it returns a value between the total of adds that finished
 //! before it began and the total of those that began before it ended (for non-negative adds);
 //! when no add runs concurrently it is exact. The stacks promise nothing about order between
@@ -226,10 +228,9 @@ impl PerCpuCounter {
         // The section masks the slot index instead of checking it, which is only right when
         // the slots cover every index the kernel can hand out: without the kernel's count
         // (no `/sys`), two CPUs could share a slot and lose adds, so take the fallback.
-        let by = if possible_cpus_from_kernel().is_none() {
-            Index::None
-        } else {
-            by
+        let by = match possible_cpus_from_kernel() {
+            Some(_) => by,
+            None => Index::None,
         };
         let words = |k| (0..k).map(|_| CachePadded(AtomicU64::new(0))).collect();
         PerCpuCounter {
@@ -287,10 +288,11 @@ impl PerCpuCounter {
 
 /// The counter's critical section, reading the slot index at byte `FIELD` of `struct rseq`.
 ///
-/// Written for the fewest instructions on the path that commits, because a counter's add is
-/// issue-bound, not latency-bound, on every machine measured (`docs/results.md`, `percpu`):
-/// the index field is a constant displacement (a register offset made the load wait on the
-/// descriptor store on Zen 4), the index is masked rather than checked (the kernel keeps
+/// Written for the fewest instructions on the path that commits (on the Zen 4 guest where it
+/// was tuned, a loop of adds was bound by instructions issued, not by the slot's
+/// store-to-load chain; the lab's `percpu` experiment measures it per machine): the index
+/// field is a constant displacement (no register carries it), the index is masked rather
+/// than checked (the kernel keeps
 /// `cpu_id` and `mm_cid` below the possible CPUs, which `cpus.len()`, a power of two, covers;
 /// the mask only makes a broken kernel lose counts instead of writing out of bounds; without
 /// the kernel's count of possible CPUs the counter never gets here), the
