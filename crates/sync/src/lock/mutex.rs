@@ -24,10 +24,11 @@
 //!   and clears `WOKEN` (if this thread has returned from a wait). Anyone may take a free lock —
 //!   *barging*: the lock never waits for a particular thread to be scheduled. While the word
 //!   says `LOCKED`: join the spinners (one CAS, which also clears `WOKEN` for a woken thread),
-//!   then poll for at most [`SPIN_BUDGET_NS`]. Between two polls: when the threads that want
-//!   the lock (spinners, sleepers and the holder) fit on the CPUs, `pause` for `spinners ×`
-//!   [`POLL_NS`]; when they do not, one `sched_yield` (an oversubscribed CPU may be the one
-//!   the holder needs, and the scheduler spaces the polls). Past the budget, register: one
+//!   then poll for at most [`SPIN_BUDGET_NS`]. Between two polls, `spinners ×`
+//!   [`POLL_SHARE`] × (this thread's measured cost of a poll) pass: spent in `pause` when the
+//!   threads that want the lock (spinners, sleepers and the holder) fit on the CPUs, in
+//!   `sched_yield` when they do not (an oversubscribed CPU may be the one the holder needs).
+//!   Past the budget, register: one
 //!   CAS from a value with `LOCKED` set that leaves the spinners, adds `SLEEPER` (first time
 //!   only) and clears `WOKEN`, then `futex_wait(state, new)` on exactly the value that CAS
 //!   wrote. After any return from the
@@ -50,11 +51,19 @@
 //! holder between any two of its operations), and a `pause` lasts a few cycles on some
 //! microarchitectures and over a hundred on others, so the same count meant different times.
 //!
-//! - **The poll rate is bounded whatever the thread count.** Each spinner waits
-//!   `spinners × POLL_NS` between polls, so all of them together poll the line about once per
-//!   [`POLL_NS`], with 2 threads or 16 on 16 CPUs, and the holder loses its line at most that
-//!   often (oversubscribed, the polls are spaced by the scheduler instead).
-//!   Spinning is measured in nanoseconds (the TSC-backed monotonic clock), not in `pause`s.
+//! - **Polling costs the holder a bounded share of its time, whatever the thread count and
+//!   the machine.** A poll costs the holder about one cache-line round trip, and each thread
+//!   measures what its polls cost (the load timed between two fenced TSC reads, less what the
+//!   reads cost alone; a moving average over the polls that found the lock held). Each
+//!   spinner waits
+//!   `spinners × POLL_SHARE × cost` between polls, so all of them together poll about once per
+//!   `POLL_SHARE` round trips: the holder loses about `1 / POLL_SHARE` of its time, with 2
+//!   threads or 16 on 16 CPUs, on a machine with a short round trip or a long one alike. The
+//!   rule holds oversubscribed too: there a spinner yields until its next poll is due instead
+//!   of polling after every yield, which would take the line from the holder once per context
+//!   switch of the other CPUs (parking_lot polls after every yield; the lab's `locks`
+//!   experiment at T = 4 × cores measures the difference). Waiting is measured in TSC ticks,
+//!   not in `pause`s, whose length differs between microarchitectures by more than 10 ×.
 //! - **Spinners yield only when the CPUs are oversubscribed**, judged from the word (threads
 //!   that want the lock vs the CPUs this process may run on): on a machine with spare CPUs a
 //!   yield is a wasted system call; on an oversubscribed one it hands the CPU to the preempted
@@ -133,13 +142,14 @@ const SLEEPER: u32 = 1 << 10;
 pub(super) static MODEL_SLEEPS: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(0);
 
-/// The spinners together poll the word about once per this many nanoseconds (each waits
-/// `spinners × POLL_NS` between polls): several cache-line round trips (the machine line of
-/// each run in `docs/results.md` gives one), so polling costs the holder a bounded share of
-/// its time whatever the thread count. A time, not a `pause` count, so it means the same on
-/// every microarchitecture; it is not derived per machine yet.
+/// The spinners together poll the word about once per `POLL_SHARE` × the cost of one poll
+/// (each waits `spinners × POLL_SHARE × cost` between polls). A poll that finds the line in
+/// the holder's cache moves it, and the holder's next write moves it back: one cache-line
+/// round trip of the holder's time per poll. So polling costs the holder about
+/// `1 / POLL_SHARE` of its time, on any machine and at any thread count. The cost is measured,
+/// not assumed: each thread times its own polls ([`PollCost`]).
 #[cfg_attr(loom, allow(dead_code))]
-const POLL_NS: u64 = 500;
+const POLL_SHARE: u64 = 32;
 /// How long a thread polls before it sleeps: about one or two futex sleep-and-wake round trips
 /// (the `eventcount` experiment's raw futex floor, per machine in `docs/results.md`), past
 /// which waiting asleep is the cheaper way.
@@ -161,10 +171,132 @@ fn cpus() -> u32 {
     }
 }
 
-/// One thread's spinning in one `lock` call: a deadline (under loom: one poll).
+/// What one poll of a contended word costs this thread, learned from its own polls: a moving
+/// average (each sample moves it by an eighth of the gap) of how long a poll's load took, in
+/// [`ticks`] (the TSC on x86-64, nanoseconds elsewhere), less what the two clock reads cost
+/// alone. Samples are clamped at [`PollCost::CLAMP`]: a poll interrupted or preempted between
+/// its two clock reads says nothing about the line. Per thread, so learning writes no shared
+/// line; a thread starts from the last estimate some thread published (a shared word written
+/// only when an estimate moves by more than a quarter).
+#[cfg(not(loom))]
+struct PollCost;
+
+#[cfg(not(loom))]
+impl PollCost {
+    /// The longest sample believed (in ticks): a few cache-line round trips across sockets.
+    const CLAMP: u64 = 1024;
+
+    fn with<R>(f: impl FnOnce(&std::cell::Cell<u64>) -> R) -> R {
+        std::thread_local!(static COST: std::cell::Cell<u64> = const { std::cell::Cell::new(0) });
+        COST.with(f)
+    }
+
+    /// The process's last published estimate: a new thread starts from it.
+    fn shared() -> &'static std::sync::atomic::AtomicU64 {
+        static SHARED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        &SHARED
+    }
+
+    /// The current estimate (0 before any poll in the process: poll at once).
+    fn get() -> u64 {
+        PollCost::with(|c| match c.get() {
+            0 => PollCost::shared().load(std::sync::atomic::Ordering::Relaxed),
+            e => e,
+        })
+    }
+
+    /// What the two fenced clock reads around a poll cost by themselves (the least of a few
+    /// empty pairs, measured once per process), taken off every sample.
+    fn clock_cost() -> u64 {
+        static COST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
+        match COST.load(std::sync::atomic::Ordering::Relaxed) {
+            u64::MAX => {
+                let least = (0..8)
+                    .map(|_| {
+                        let t0 = ticks::ordered();
+                        ticks::ordered().saturating_sub(t0)
+                    })
+                    .min()
+                    .unwrap_or(0);
+                COST.store(least, std::sync::atomic::Ordering::Relaxed);
+                least
+            }
+            c => c,
+        }
+    }
+
+    fn learn(sample: u64) {
+        let sample = sample
+            .saturating_sub(PollCost::clock_cost())
+            .clamp(1, PollCost::CLAMP);
+        PollCost::with(|c| {
+            let e = match c.get() {
+                0 => PollCost::shared().load(std::sync::atomic::Ordering::Relaxed),
+                e => e,
+            };
+            let e = if sample >= e {
+                e + (sample - e).div_ceil(8)
+            } else {
+                e - (e - sample) / 8
+            };
+            c.set(e);
+            // Publish for new threads when it moved by more than a quarter (rarely: a write
+            // to a shared line).
+            let shared = PollCost::shared();
+            let s = shared.load(std::sync::atomic::Ordering::Relaxed);
+            if e.abs_diff(s) > s / 4 {
+                shared.store(e, std::sync::atomic::Ordering::Relaxed);
+            }
+        })
+    }
+}
+
+/// A cheap clock for spacing polls: the TSC on x86-64 (`ordered` reads wait for the loads
+/// before them, so a load between two of them is timed whole), nanoseconds of `Instant`
+/// elsewhere.
+#[cfg(not(loom))]
+mod ticks {
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    pub fn now() -> u64 {
+        // SAFETY: `rdtsc` exists on every x86-64 CPU and has no memory effects.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    pub fn ordered() -> u64 {
+        // SAFETY: `lfence` and `rdtsc` exist on every x86-64 CPU (SSE2 is baseline). The first
+        // `lfence` waits for earlier loads to complete, the second keeps later ones behind.
+        unsafe {
+            core::arch::x86_64::_mm_lfence();
+            let t = core::arch::x86_64::_rdtsc();
+            core::arch::x86_64::_mm_lfence();
+            t
+        }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    pub fn now() -> u64 {
+        static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        let origin = *ORIGIN.get_or_init(std::time::Instant::now);
+        origin.elapsed().as_nanos() as u64
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    pub fn ordered() -> u64 {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        now()
+    }
+}
+
+/// One thread's spinning in one `lock` call: a deadline and whether the last wait yielded
+/// (under loom: one poll).
 struct Spin {
     #[cfg(not(loom))]
     deadline: std::time::Instant,
+    #[cfg(not(loom))]
+    yielded: bool,
     #[cfg(loom)]
     polls: u32,
 }
@@ -174,8 +306,36 @@ impl Spin {
         Spin {
             #[cfg(not(loom))]
             deadline: std::time::Instant::now() + std::time::Duration::from_nanos(SPIN_BUDGET_NS),
+            #[cfg(not(loom))]
+            yielded: false,
             #[cfg(loom)]
             polls: 1,
+        }
+    }
+
+    /// One poll of the word: under loom a load; otherwise a load timed into [`PollCost`],
+    /// unless it follows a yield while some estimate exists already (a poll just after a
+    /// context switch also pays for the caches and TLB the switch disturbed, which is not what
+    /// the holder pays).
+    #[inline]
+    fn poll(&self, state: &AtomicU32) -> u32 {
+        #[cfg(loom)]
+        {
+            state.load(Relaxed)
+        }
+        #[cfg(not(loom))]
+        {
+            if self.yielded && PollCost::get() != 0 {
+                return state.load(Relaxed);
+            }
+            let t0 = ticks::ordered();
+            let s = state.load(Relaxed);
+            if s & LOCKED != 0 {
+                // A free lock is taken at once: timing it would delay the CAS, and the lock is
+                // often free only between the holder's unlock and its next lock.
+                PollCost::learn(ticks::ordered().saturating_sub(t0));
+            }
+            s
         }
     }
 
@@ -199,18 +359,29 @@ impl Spin {
                 return false;
             }
             let spinners = (state & SPINNERS) / SPINNER;
-            if spinners + state / SLEEPER + 1 > cpus() {
-                // Oversubscribed: give the CPU away once; the scheduler spaces the polls.
-                yield_now();
-                return true;
-            }
-            let until = now + std::time::Duration::from_nanos(POLL_NS * u64::from(spinners.max(1)));
-            while std::time::Instant::now() < until {
-                for _ in 0..4 {
-                    spin_loop();
+            let wait = u64::from(spinners.max(1)) * POLL_SHARE * PollCost::get();
+            let until = ticks::now().saturating_add(wait);
+            let deadline = self.deadline;
+            // Oversubscribed, the wait is spent giving the CPU away (the holder may be the
+            // thread that needs it); otherwise pausing. Either way the next poll comes only
+            // when it is due: a poll after every yield would pull the line to this CPU once per
+            // context switch.
+            let oversubscribed = spinners + state / SLEEPER + 1 > cpus();
+            self.yielded = oversubscribed;
+            loop {
+                if oversubscribed {
+                    yield_now();
+                } else {
+                    for _ in 0..4 {
+                        spin_loop();
+                    }
+                }
+                // Never wait past the budget: a spinner with many others (or on a machine with
+                // slow round trips) polls at least once before it sleeps.
+                if ticks::now() >= until || std::time::Instant::now() >= deadline {
+                    return true;
                 }
             }
-            true
         }
     }
 }
@@ -302,9 +473,11 @@ impl SpindleLock {
                     }
                 }
             }
-            if spinning && spin.as_mut().is_some_and(|s| s.pause(state)) {
-                state = self.state.load(Relaxed);
-                continue;
+            if let Some(spin) = spin.as_mut().filter(|_| spinning) {
+                if spin.pause(state) {
+                    state = spin.poll(&self.state);
+                    continue;
+                }
             }
             // Leave the spinners, register (once) and clear WOKEN in one CAS, then sleep on
             // what it wrote: a sleep value never carries WOKEN (see "Why no wake-up is lost").
