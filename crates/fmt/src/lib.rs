@@ -19,9 +19,10 @@
 //! writes two digits at a time from a 200-byte table, backwards, branching once per two or
 //! four digits; its string must then be copied where it belongs. [`append`] writes every digit
 //! in place with whole-word stores and branches once per length class, and that is where the
-//! gain is. [`Buffer::format`] pays the same copy as `itoa::Buffer` and is, as a drop-in, not
-//! reliably faster than `itoa`: faster on some distributions, slower on others (it carries no
-//! guarantee). The lab experiment `itoa` (`spindle lab itoa`) measures all of this against
+//! gain is. [`Buffer::format`] pays the same copy as `itoa::Buffer`. The lab's guarantees are
+//! about that drop-in (at least 1.2 × `itoa::Buffer` per input distribution), and they do not
+//! hold on every distribution yet: as a drop-in it is faster on some distributions and about
+//! even on others. The lab experiment `itoa` (`spindle lab itoa`) measures all of this against
 //! `itoa`, `itoap` and `std`'s `write!` on the post's six input distributions and two more, on
 //! your machine; published runs are in `docs/results.md`, section *itoa*.
 //!
