@@ -201,7 +201,9 @@ const SPIN_BEFORE_FLAG: u32 = 128;
 /// Halfway through that spin the waiter calls `sched_yield` once: if the thread it waits for
 /// shares its CPU (oversubscription, or both pinned to one CPU), the yield lets it run now
 /// instead of after the waiter has gone through the futex (the lab's one-CPU ping-pong in
-/// `rings`); otherwise it costs one system call that returns at once.
+/// `rings`); otherwise it costs one system call that returns at once. This is where the
+/// single-producer event count's waiters start; they learn to yield earlier when the yield is
+/// what brought the version (`SpEventCount::wait_until`). The multi-producer one keeps it.
 #[cfg(not(loom))]
 const YIELD_AT: u32 = SPIN_BEFORE_FLAG / 2;
 #[cfg(loom)]
@@ -524,6 +526,9 @@ pub struct SpEventCount {
     /// Barriers waiters issued before sleeping ([`SpEventCount::waiter_barriers`]): a
     /// diagnostic like `late`.
     barriers: std::sync::atomic::AtomicU64,
+    /// After how many polls of the spin a waiter yields (see `wait_until`): a heuristic the
+    /// waiters learn, not part of the protocol (a std atomic even under loom).
+    yield_at: std::sync::atomic::AtomicU32,
 }
 
 impl SpEventCount {
@@ -537,6 +542,7 @@ impl SpEventCount {
             parking: Parking::new(),
             late: std::sync::atomic::AtomicU64::new(0),
             barriers: std::sync::atomic::AtomicU64::new(0),
+            yield_at: std::sync::atomic::AtomicU32::new(YIELD_AT),
         }
     }
 
@@ -550,6 +556,7 @@ impl SpEventCount {
             parking: Parking::new(),
             late: std::sync::atomic::AtomicU64::new(0),
             barriers: std::sync::atomic::AtomicU64::new(0),
+            yield_at: std::sync::atomic::AtomicU32::new(YIELD_AT),
         }
     }
 
@@ -811,12 +818,31 @@ impl SpEventCount {
         deadline: Option<Deadline>,
         mut pred: impl FnMut(&mut WaitState) -> Option<T>,
     ) -> Waited<T> {
+        // The spin yields once, after `yield_at` polls, which the waiters learn: when the
+        // version moves at the first poll after the yield, the producer ran on this CPU
+        // (oversubscribed, or both pinned to one CPU), and the polls before the yield only
+        // delayed it, so the next wait yields earlier (halving, down to yielding at once: a
+        // one-CPU hand-off is then two yields); when it moves before the yield, the producer
+        // runs elsewhere and the next wait yields later (up to `YIELD_AT`). A heuristic:
+        // whatever it learns, the spin has the same length and the protocol below follows.
+        let yield_at = self.yield_at.load(std::sync::atomic::Ordering::Relaxed);
+        let learn = |at: u32| {
+            if at != yield_at {
+                self.yield_at
+                    .store(at, std::sync::atomic::Ordering::Relaxed);
+            }
+        };
         for i in 0..SPIN_BEFORE_FLAG {
             let v = self.version.load(Acquire);
             if v != old {
+                if i <= yield_at {
+                    learn((yield_at * 2 + 1).min(YIELD_AT));
+                } else if i == yield_at + 1 {
+                    learn(yield_at / 2);
+                }
                 return Waited::Changed(v);
             }
-            if i == YIELD_AT {
+            if i == yield_at {
                 yield_now();
             } else {
                 spin_loop();
