@@ -279,3 +279,31 @@ fn append_writes_what_format_returns() {
         }
     }
 }
+
+/// `Buffer::format` stores a `u32` of 9 or 10 digits in one 16-byte word assembled from a high
+/// pair and eight low digits: every high part, each with low parts at both ends of their range
+/// and in between, for `u32`, `u64`, `i32` and `i64`.
+#[test]
+fn buffer_assembles_nine_and_ten_digit_u32s() {
+    let mut buf = Buffer::new();
+    let mut rng = SplitMix(7);
+    for hi in 1..=42u64 {
+        let lows = [0, 1, 9, 10, 99, 10_000_000, 99_999_999]
+            .into_iter()
+            .chain((0..1000).map(|_| rng.next() % 100_000_000));
+        for low in lows {
+            let x = hi * 100_000_000 + low;
+            let Ok(x) = u32::try_from(x) else { continue };
+            assert_eq!(buf.format(x), x.to_string());
+            assert_eq!(buf.format(u64::from(x)), x.to_string());
+            if let Ok(s) = i32::try_from(x) {
+                assert_eq!(buf.format(s), s.to_string());
+                assert_eq!(buf.format(-s), (-s).to_string());
+            }
+            assert_eq!(buf.format(-i64::from(x)), (-i64::from(x)).to_string());
+            let mut v = b"[".to_vec();
+            spindle_fmt::append(&mut v, x);
+            assert_eq!(v, format!("[{x}").into_bytes());
+        }
+    }
+}
