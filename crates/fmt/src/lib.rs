@@ -181,7 +181,7 @@ fn put8(out: &mut [Out], at: usize, v: u64) {
 /// take its bytes straight from an earlier store only if that one store covers it: with two
 /// stores, one of the two loads waits for both to be written to the cache.
 #[inline(always)]
-fn put16(out: &mut [Out; 16], v: u128) {
+fn store16(out: &mut [Out; 16], v: u128) {
     #[cfg(target_arch = "x86_64")]
     {
         use core::arch::x86_64::{_mm_set_epi64x, _mm_storeu_si128};
@@ -222,6 +222,13 @@ pub mod raw {
     /// Inlined: small numbers run only the first few instructions, in the caller's loop.
     #[inline(always)]
     pub(crate) fn u32_into(out: &mut [Out; U32_LEN], x: u32) -> usize {
+        u32_digits::<U32_LEN>(out, x)
+    }
+
+    /// [`u32_into`] into `N ≥ 10` bytes; with `N ≥ 16`, nine or ten digits go in one 16-byte
+    /// store (see [`store16`]). The size tests come in the same order either way.
+    #[inline(always)]
+    pub(crate) fn u32_digits<const N: usize>(out: &mut [Out; N], x: u32) -> usize {
         if x < 100 {
             let (w, n) = pair(x);
             put2(out, 0, w);
@@ -240,8 +247,13 @@ pub mod raw {
         // u32::MAX < 43·10⁸: the high part is a pair.
         let hi = x / 100_000_000;
         let (w, n) = pair(hi);
-        put2(out, 0, w);
-        put8(out, n, bcd8(x - hi * 100_000_000) + ZEROS);
+        let low = bcd8(x - hi * 100_000_000) + ZEROS;
+        if let Some(wide) = out.first_chunk_mut::<16>() {
+            store16(wide, u128::from(w) | u128::from(low) << (8 * n));
+        } else {
+            put2(out, 0, w);
+            put8(out, n, low);
+        }
         n + 8
     }
 
@@ -381,7 +393,7 @@ pub mod raw {
 
 /// The printers behind [`Buffer::format`] and [`append`], which have room to spare (40 bytes):
 /// the same digits as [`raw`]'s, but a 32-bit number of 9 or 10 digits is stored with one
-/// 16-byte store ([`put16`]) instead of two, so that the copy that follows reads it back at
+/// 16-byte store ([`store16`]) instead of two, so that the copy that follows reads it back at
 /// once.
 mod wide {
     use super::*;
@@ -389,15 +401,7 @@ mod wide {
     /// [`raw::u32_into`] with room for a 16-byte store.
     #[inline(always)]
     pub(crate) fn u32_into(out: &mut [Out; 16], x: u32) -> usize {
-        if x < 100_000_000 {
-            return raw::u32_into(out.first_chunk_mut().expect("16 ≥ 10"), x);
-        }
-        // u32::MAX < 43·10⁸: the high part is a pair.
-        let hi = x / 100_000_000;
-        let (w, n) = pair(hi);
-        let low = bcd8(x - hi * 100_000_000) + ZEROS;
-        put16(out, u128::from(w) | u128::from(low) << (8 * n));
-        n + 8
+        raw::u32_digits(out, x)
     }
 
     /// [`raw::u64_into`] with room for a 16-byte store.
