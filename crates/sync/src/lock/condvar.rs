@@ -285,7 +285,7 @@ impl Condvar {
         unsafe { lock.unlock() };
         let r = self.parking.wait32(&self.seq, s, deadline);
         self.waiters.fetch_sub(1, SeqCst);
-        lock.lock();
+        lock.lock_after_wait();
         // A wake or a changed word can come after the deadline: it still ends a timed wait.
         r == WaitResult::TimedOut || deadline.is_some_and(Deadline::has_passed)
     }

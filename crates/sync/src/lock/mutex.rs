@@ -63,7 +63,10 @@
 //!   of polling after every yield, which would take the line from the holder once per context
 //!   switch of the other CPUs (parking_lot polls after every yield; the lab's `locks`
 //!   experiment at T = 4 × cores measures the difference). Waiting is measured in TSC ticks,
-//!   not in `pause`s, whose length differs between microarchitectures by more than 10 ×.
+//!   not in `pause`s, whose length differs between microarchitectures by more than 10 ×. One
+//!   exception: a thread re-taking the lock after a [`Condvar`](super::Condvar) wait polls
+//!   2, 4, 8, … round trips apart before the spacing reaches the bound, because the thread
+//!   that woke it usually releases the lock a few instructions later.
 //! - **Spinners yield only when the CPUs are oversubscribed**, judged from the word (threads
 //!   that want the lock vs the CPUs this process may run on): on a machine with spare CPUs a
 //!   yield is a wasted system call; on an oversubscribed one it hands the CPU to the preempted
@@ -297,17 +300,25 @@ struct Spin {
     deadline: std::time::Instant,
     #[cfg(not(loom))]
     yielded: bool,
+    /// The next poll's spacing doubles from 2 round trips while this is below 16 (a
+    /// condition variable's re-lock, see `lock_after_wait`); 16 from the start otherwise.
+    #[cfg(not(loom))]
+    ramp: u32,
     #[cfg(loom)]
     polls: u32,
 }
 
 impl Spin {
-    fn start() -> Spin {
+    fn start(ramp: bool) -> Spin {
+        #[cfg(loom)]
+        let _ = ramp;
         Spin {
             #[cfg(not(loom))]
             deadline: std::time::Instant::now() + std::time::Duration::from_nanos(SPIN_BUDGET_NS),
             #[cfg(not(loom))]
             yielded: false,
+            #[cfg(not(loom))]
+            ramp: if ramp { 0 } else { 16 },
             #[cfg(loom)]
             polls: 1,
         }
@@ -359,7 +370,10 @@ impl Spin {
                 return false;
             }
             let spinners = (state & SPINNERS) / SPINNER;
-            let wait = u64::from(spinners.max(1)) * POLL_SHARE * PollCost::get();
+            let bound = u64::from(spinners.max(1)) * POLL_SHARE;
+            let spacing = (2u64 << self.ramp).min(bound);
+            self.ramp = (self.ramp + 1).min(16);
+            let wait = spacing * PollCost::get();
             let until = ticks::now().saturating_add(wait);
             let deadline = self.deadline;
             // Oversubscribed, the wait is spent giving the CPU away (the holder may be the
@@ -424,9 +438,29 @@ impl SpindleLock {
         }
     }
 
+    /// Acquires the lock after a condition variable's wait: the thread that woke it usually
+    /// holds the lock for a few more instructions, so the first polls come sooner (2, 4, 8, …
+    /// round trips apart) before the spacing reaches its bound. Only here: in a contended
+    /// `lock`, faster first polls take the line from a holder that keeps the lock.
+    #[inline]
+    pub(crate) fn lock_after_wait(&self) {
+        if self
+            .state
+            .compare_exchange(0, LOCKED, Acquire, Relaxed)
+            .is_err()
+        {
+            self.lock_contended(true);
+        }
+    }
+
     #[cold]
     #[inline(never)]
     fn lock_slow(&self) {
+        self.lock_contended(false)
+    }
+
+    #[inline(always)]
+    fn lock_contended(&self, ramp: bool) {
         // Whether this thread is counted among the sleepers, among the spinners, and whether it
         // has returned from a wait in this call (then each of its CASes also clears WOKEN).
         let (mut registered, mut spinning, mut woken) = (false, false, false);
@@ -454,7 +488,7 @@ impl SpindleLock {
             }
             // Join the spinners (unless 255 already spin: then sleep at once).
             if spin.is_none() {
-                spin = Some(Spin::start());
+                spin = Some(Spin::start(ramp));
                 if state & SPINNERS != SPINNERS {
                     let mut new = state + SPINNER;
                     if woken {
