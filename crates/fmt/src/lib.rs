@@ -21,10 +21,9 @@
 //! in place with whole-word stores and branches once per length class, and that is where the
 //! gain is. [`Buffer::format`] pays the same copy as `itoa::Buffer`. The lab's guarantees are
 //! about that drop-in (at least 1.2 × `itoa::Buffer` per input distribution), and they do not
-//! hold on every distribution yet: as a drop-in it is faster on some distributions and about
-//! even on others. The lab experiment `itoa` (`spindle lab itoa`) measures all of this against
-//! `itoa`, `itoap` and `std`'s `write!` on the post's six input distributions and two more, on
-//! your machine; published runs are in `docs/results.md`, section *itoa*.
+//! hold on every distribution yet. The lab experiment `itoa` (`spindle lab itoa`) measures all
+//! of this against `itoa`, `itoap` and `std`'s `write!` on the post's six input distributions
+//! and two more, on your machine; published runs are in `docs/results.md`, section *itoa*.
 //!
 //! # The algorithm
 //!

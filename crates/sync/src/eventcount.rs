@@ -822,9 +822,10 @@ impl SpEventCount {
         // version moves at the first poll after the yield, the producer ran on this CPU
         // (oversubscribed, or both pinned to one CPU), and the polls before the yield only
         // delayed it, so the next wait yields earlier (halving, down to yielding at once: a
-        // one-CPU hand-off is then two yields); when it moves before the yield, the producer
-        // runs elsewhere and the next wait yields later (up to `YIELD_AT`). A heuristic:
-        // whatever it learns, the spin has the same length and the protocol below follows.
+        // one-CPU hand-off is then two yields); when it moves at any other poll but the
+        // first, before the yield or well after it, the yield did not bring it, and the next
+        // wait yields later (up to `YIELD_AT`). A heuristic: whatever it learns, the spin has
+        // the same length and the protocol below follows.
         let yield_at = self.yield_at.load(std::sync::atomic::Ordering::Relaxed);
         let learn = |at: u32| {
             if at != yield_at {
@@ -835,10 +836,13 @@ impl SpEventCount {
         for i in 0..SPIN_BEFORE_FLAG {
             let v = self.version.load(Acquire);
             if v != old {
-                if i <= yield_at {
-                    learn((yield_at * 2 + 1).min(YIELD_AT));
-                } else if i == yield_at + 1 {
-                    learn(yield_at / 2);
+                // At the first poll the version had moved before the wait began: no lesson.
+                if i > 0 {
+                    if i == yield_at.saturating_add(1) {
+                        learn(yield_at / 2);
+                    } else {
+                        learn(yield_at.saturating_mul(2).saturating_add(1).min(YIELD_AT));
+                    }
                 }
                 return Waited::Changed(v);
             }

@@ -259,26 +259,26 @@ fn section<'a>(
 }
 
 /// Claim ids, one per (width, distribution): the runner wants `'static` names.
-const FASTER: [[&str; 8]; 2] = [
+const DROPIN: [[&str; 8]; 2] = [
     [
-        "faster-u32-sizes",
-        "faster-u32-counts",
-        "faster-u32-ids",
-        "faster-u32-small",
-        "faster-u32-hundreds",
-        "faster-u32-timestamps",
-        "faster-u32-sequential",
-        "faster-u32-lengths",
+        "dropin-u32-sizes",
+        "dropin-u32-counts",
+        "dropin-u32-ids",
+        "dropin-u32-small",
+        "dropin-u32-hundreds",
+        "dropin-u32-timestamps",
+        "dropin-u32-sequential",
+        "dropin-u32-lengths",
     ],
     [
-        "faster-u64-sizes",
-        "faster-u64-counts",
-        "faster-u64-ids",
-        "faster-u64-small",
-        "faster-u64-hundreds",
-        "faster-u64-timestamps",
-        "faster-u64-sequential",
-        "faster-u64-lengths",
+        "dropin-u64-sizes",
+        "dropin-u64-counts",
+        "dropin-u64-ids",
+        "dropin-u64-small",
+        "dropin-u64-hundreds",
+        "dropin-u64-timestamps",
+        "dropin-u64-sequential",
+        "dropin-u64-lengths",
     ],
 ];
 const RANKING: [&str; POST_DISTS] = [
@@ -297,7 +297,7 @@ fn claims(plan: &mut Plan<'_>) {
         for (d, (dist, label)) in DISTS.iter().enumerate() {
             plan.claim(
                 Claim::guarantee(
-                    FASTER[w][d],
+                    DROPIN[w][d],
                     format!("{width}, {label}: appending through spindle_fmt::Buffer::format (the drop-in for itoa::Buffer) is at least 1.2 × as fast as through itoa::Buffer::format"),
                 )
                 .ratio(format!("ours-{width}"), format!("itoa-{width}"))

@@ -54,11 +54,13 @@
 //! - **Polling costs the holder a bounded share of its time, whatever the thread count and
 //!   the machine.** A poll costs the holder about one cache-line round trip, and each thread
 //!   measures what its polls cost (the load timed between two fenced TSC reads, less what the
-//!   reads cost alone; a moving average over the polls that found the lock held). Each
-//!   spinner waits
+//!   reads cost alone; a moving average over the polls that found the lock held and missed
+//!   in this core's cache). Each spinner waits
 //!   `spinners × POLL_SHARE × cost` between polls, so all of them together poll about once per
 //!   `POLL_SHARE` round trips: the holder loses about `1 / POLL_SHARE` of its time, with 2
 //!   threads or 16 on 16 CPUs, on a machine with a short round trip or a long one alike. The
+//!   price: the spinners notice a release about `POLL_SHARE / 2` round trips after it on
+//!   average, unless a thread barges in first (in a busy lock, one usually does). The
 //!   rule holds oversubscribed too: there a spinner yields until its next poll is due instead
 //!   of polling after every yield, which would take the line from the holder once per context
 //!   switch of the other CPUs (parking_lot polls after every yield; the lab's `locks`
@@ -175,34 +177,46 @@ fn cpus() -> u32 {
 }
 
 /// What one poll of a contended word costs this thread, learned from its own polls: a moving
-/// average (each sample moves it by an eighth of the gap) of how long a poll's load took, in
-/// [`ticks`] (the TSC on x86-64, nanoseconds elsewhere), less what the two clock reads cost
-/// alone. Samples are clamped at [`PollCost::CLAMP`]: a poll interrupted or preempted between
-/// its two clock reads says nothing about the line. Per thread, so learning writes no shared
-/// line; a thread starts from the last estimate some thread published (a shared word written
-/// only when an estimate moves by more than a quarter).
+/// average (each sample moves it by an eighth of the gap; the first sample is taken whole) of
+/// how long a poll's load took, in [`ticks`] (the TSC on x86-64, nanoseconds elsewhere), less
+/// what the two clock reads cost alone. Only misses teach it: a sample under
+/// [`PollCost::HIT`] found the line in this core's cache (the holder has not written it since
+/// the last poll, so that poll cost the holder nothing), and one over [`PollCost::CLAMP`] was
+/// interrupted or preempted between its clock reads; both say nothing about a round trip and
+/// are dropped. Per thread, so learning writes no shared line; a thread with no estimate yet
+/// starts from the one some thread last published (a padded shared word, written by a thread
+/// only when its estimate has moved by more than a quarter since it last published).
 #[cfg(not(loom))]
 struct PollCost;
 
+/// The process's last published poll cost, on a cache line of its own.
+#[cfg(not(loom))]
+#[repr(align(128))]
+struct SharedCost(std::sync::atomic::AtomicU64);
+
 #[cfg(not(loom))]
 impl PollCost {
-    /// The longest sample believed (in ticks): a few cache-line round trips across sockets.
+    /// The shortest sample taken for a miss (in ticks): a load from this core's own cache
+    /// takes a few cycles, a cache-line transfer between cores several dozen at least.
+    const HIT: u64 = 24;
+    /// The longest sample believed (in ticks): about one or two cache-line round trips
+    /// across sockets.
     const CLAMP: u64 = 1024;
 
-    fn with<R>(f: impl FnOnce(&std::cell::Cell<u64>) -> R) -> R {
-        std::thread_local!(static COST: std::cell::Cell<u64> = const { std::cell::Cell::new(0) });
+    /// This thread's estimate and the value it last published (0: none).
+    fn with<R>(f: impl FnOnce(&std::cell::Cell<(u64, u64)>) -> R) -> R {
+        std::thread_local!(static COST: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) });
         COST.with(f)
     }
 
-    /// The process's last published estimate: a new thread starts from it.
     fn shared() -> &'static std::sync::atomic::AtomicU64 {
-        static SHARED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        &SHARED
+        static SHARED: SharedCost = SharedCost(std::sync::atomic::AtomicU64::new(0));
+        &SHARED.0
     }
 
-    /// The current estimate (0 before any poll in the process: poll at once).
+    /// The current estimate (0 before any miss was timed in the process: poll at once).
     fn get() -> u64 {
-        PollCost::with(|c| match c.get() {
+        PollCost::with(|c| match c.get().0 {
             0 => PollCost::shared().load(std::sync::atomic::Ordering::Relaxed),
             e => e,
         })
@@ -229,26 +243,28 @@ impl PollCost {
     }
 
     fn learn(sample: u64) {
-        let sample = sample
-            .saturating_sub(PollCost::clock_cost())
-            .clamp(1, PollCost::CLAMP);
+        let sample = sample.saturating_sub(PollCost::clock_cost());
+        if !(PollCost::HIT..=PollCost::CLAMP).contains(&sample) {
+            return;
+        }
         PollCost::with(|c| {
-            let e = match c.get() {
+            let (mine, published) = c.get();
+            let e = match mine {
                 0 => PollCost::shared().load(std::sync::atomic::Ordering::Relaxed),
                 e => e,
             };
-            let e = if sample >= e {
-                e + (sample - e).div_ceil(8)
-            } else {
-                e - (e - sample) / 8
+            let e = match e {
+                0 => sample,
+                e if sample >= e => e + (sample - e).div_ceil(8),
+                e => e - (e - sample) / 8,
             };
-            c.set(e);
-            // Publish for new threads when it moved by more than a quarter (rarely: a write
-            // to a shared line).
-            let shared = PollCost::shared();
-            let s = shared.load(std::sync::atomic::Ordering::Relaxed);
-            if e.abs_diff(s) > s / 4 {
-                shared.store(e, std::sync::atomic::Ordering::Relaxed);
+            // Publish for new threads when it moved by more than a quarter since this thread
+            // last did: a write to a shared line, rare once the estimate has settled.
+            if e.abs_diff(published) > published / 4 {
+                PollCost::shared().store(e, std::sync::atomic::Ordering::Relaxed);
+                c.set((e, e));
+            } else {
+                c.set((e, published));
             }
         })
     }
@@ -300,8 +316,9 @@ struct Spin {
     deadline: std::time::Instant,
     #[cfg(not(loom))]
     yielded: bool,
-    /// The next poll's spacing doubles from 2 round trips while this is below 16 (a
-    /// condition variable's re-lock, see `lock_after_wait`); 16 from the start otherwise.
+    /// The next poll's spacing is `2 << ramp` round trips (capped by the bound), and `ramp`
+    /// grows by one per poll up to 16: it starts at 0 for a condition variable's re-lock (see
+    /// `lock_after_wait`), at 16 otherwise (the bound from the first poll).
     #[cfg(not(loom))]
     ramp: u32,
     #[cfg(loom)]
