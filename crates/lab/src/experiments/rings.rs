@@ -541,6 +541,9 @@ struct Rival {
     /// The MPMC section takes only channels whose both ends can be cloned.
     many: Option<fn(u64, usize) -> Span>,
     many_label: &'static str,
+    /// A peer's ids of the guarantees that compare Spindle's spsc with it: ping-pong on one
+    /// CPU, and (if it blocks) the idle consumer. None for Spindle's own rings.
+    versus: Option<(&'static str, &'static str)>,
 }
 
 impl Rival {
@@ -561,6 +564,7 @@ impl Rival {
             wake: if P::BLOCKS { Some(wake::<P>) } else { None },
             many: None,
             many_label: label,
+            versus: None,
         }
     }
 
@@ -571,6 +575,12 @@ impl Rival {
         r
     }
 
+    /// A peer, with the ids of the guarantees against it (see [`peer!`]).
+    const fn versus(mut self, one_cpu: &'static str, idle: &'static str) -> Rival {
+        self.versus = Some((one_cpu, idle));
+        self
+    }
+
     /// Another label in the MPMC section.
     const fn many_label(mut self, label: &'static str) -> Rival {
         self.many_label = label;
@@ -578,19 +588,45 @@ impl Rival {
     }
 }
 
+/// A peer's entry in [`RIVALS`]: `Rival::of` or `Rival::multi` (`$how`), with the ids of the
+/// guarantees that compare Spindle's spsc with it made from its own id.
+macro_rules! peer {
+    ($how:ident, $P:ty, $id:literal, $label:literal) => {
+        Rival::$how::<$P>($id, $label).versus(
+            concat!("spsc-one-cpu-vs-", $id),
+            concat!("spsc-idle-vs-", $id),
+        )
+    };
+}
+
 /// Every ring and channel, in the order of the report's rows. Adding one is an entry here (and
 /// its `impl Peer` above).
 const RIVALS: &[Rival] = &[
     Rival::of::<SpindleSpsc>("spsc", "Spindle spsc ring (blocking)"),
     Rival::multi::<SpindleMpmc>("mpmc", "Spindle mpmc channel (blocking)"),
-    Rival::of::<Rtrb>("rtrb", "rtrb (spins)"),
-    Rival::multi::<CrossbeamChannel>("crossbeam", "crossbeam-channel bounded (blocking)"),
-    Rival::multi::<CrossbeamArrayQueue>("arrayqueue", "crossbeam ArrayQueue (spins)")
-        .many_label("crossbeam ArrayQueue (spins, yields)"),
-    Rival::multi::<Flume>("flume", "flume bounded (blocking)"),
-    Rival::multi::<Kanal>("kanal", "kanal bounded (blocking)"),
-    Rival::of::<StdSync>("std", "std sync_channel (blocking)"),
-    Rival::of::<RingbufBlocking>("ringbuf", "ringbuf-blocking (blocking)"),
+    peer!(of, Rtrb, "rtrb", "rtrb (spins)"),
+    peer!(
+        multi,
+        CrossbeamChannel,
+        "crossbeam",
+        "crossbeam-channel bounded (blocking)"
+    ),
+    peer!(
+        multi,
+        CrossbeamArrayQueue,
+        "arrayqueue",
+        "crossbeam ArrayQueue (spins)"
+    )
+    .many_label("crossbeam ArrayQueue (spins, yields)"),
+    peer!(multi, Flume, "flume", "flume bounded (blocking)"),
+    peer!(multi, Kanal, "kanal", "kanal bounded (blocking)"),
+    peer!(of, StdSync, "std", "std sync_channel (blocking)"),
+    peer!(
+        of,
+        RingbufBlocking,
+        "ringbuf",
+        "ringbuf-blocking (blocking)"
+    ),
 ];
 
 /// Push + pop on one thread, every rival.
@@ -762,26 +798,6 @@ fn many_section(plan: &mut Plan<'_>, threads: usize) {
     }
 }
 
-/// The one-CPU ping-pong guarantees: against every peer (claim id, rival id).
-const ONE_CPU_VS: &[(&str, &str)] = &[
-    ("spsc-one-cpu-vs-rtrb", "rtrb"),
-    ("spsc-one-cpu-vs-crossbeam", "crossbeam"),
-    ("spsc-one-cpu-vs-arrayqueue", "arrayqueue"),
-    ("spsc-one-cpu-vs-flume", "flume"),
-    ("spsc-one-cpu-vs-kanal", "kanal"),
-    ("spsc-one-cpu-vs-std", "std"),
-    ("spsc-one-cpu-vs-ringbuf", "ringbuf"),
-];
-
-/// The idle-consumer guarantees: against every peer that blocks (claim id, rival id).
-const IDLE_VS: &[(&str, &str)] = &[
-    ("spsc-idle-vs-crossbeam", "crossbeam"),
-    ("spsc-idle-vs-flume", "flume"),
-    ("spsc-idle-vs-kanal", "kanal"),
-    ("spsc-idle-vs-std", "std"),
-    ("spsc-idle-vs-ringbuf", "ringbuf"),
-];
-
 /// Spindle's guarantees; `threads` as in the MPMC section.
 fn claims(plan: &mut Plan<'_>, threads: usize) {
     let g = Claim::guarantee;
@@ -814,24 +830,28 @@ fn claims(plan: &mut Plan<'_>, threads: usize) {
     // On one CPU a hand-off needs a context switch (microseconds) where two CPUs exchange a
     // cache line (about a hundred nanoseconds), so the two-CPU round trip is no bound for it:
     // the comparison a user makes is with the peers on the same CPU, every one of them.
-    for &(id, peer) in ONE_CPU_VS {
-        plan.claim(
-            Claim::guarantee(id, format!("Spindle's spsc ping-pong with both threads on one CPU costs at most 1.0 × {peer}'s"))
-                .ratio("pingpong1-spsc", format!("pingpong1-{peer}"))
-                .at_most(1.0),
-        );
+    for r in RIVALS {
+        if let Some((id, _)) = r.versus {
+            plan.claim(
+                Claim::guarantee(id, format!("Spindle's spsc ping-pong with both threads on one CPU costs at most 1.0 × {}'s", r.id))
+                    .ratio("pingpong1-spsc", format!("pingpong1-{}", r.id))
+                    .at_most(1.0),
+            );
+        }
     }
     plan.claim(
         g("spsc-idle", "A consumer waiting on Spindle's spsc for one message per ms burns at most 1 % of a CPU")
             .ratio("idle-spsc", "idle-bound")
             .at_most(1.0),
     );
-    for &(id, peer) in IDLE_VS {
-        plan.claim(
-            Claim::guarantee(id, format!("A consumer waiting on Spindle's spsc for one message per ms burns at most 1.0 × the CPU time of one waiting on {peer}"))
-                .ratio("idle-spsc", format!("idle-{peer}"))
-                .at_most(1.0),
-        );
+    for r in RIVALS.iter().filter(|r| r.idle.is_some()) {
+        if let Some((_, id)) = r.versus {
+            plan.claim(
+                Claim::guarantee(id, format!("A consumer waiting on Spindle's spsc for one message per ms burns at most 1.0 × the CPU time of one waiting on {}", r.id))
+                    .ratio("idle-spsc", format!("idle-{}", r.id))
+                    .at_most(1.0),
+            );
+        }
     }
     plan.claim(
         g(
