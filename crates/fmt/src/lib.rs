@@ -258,11 +258,12 @@ pub mod raw {
 
     /// `an_ltoa`: prints `x` at the start of `out`, returns its length.
     ///
-    /// Values that fit 32 bits take [`write_u32`]'s path, inlined; larger ones call a function.
+    /// Values that fit 32 bits take [`write_u32`]'s path, inlined, with 16 bytes of room (nine
+    /// or ten digits in one store); larger ones call a function.
     #[inline(always)]
     pub(crate) fn u64_into(out: &mut [Out; U64_LEN], x: u64) -> usize {
         match u32::try_from(x) {
-            Ok(x) => u32_into(out.first_chunk_mut().expect("20 ≥ 10"), x),
+            Ok(x) => u32_digits::<16>(out.first_chunk_mut().expect("20 ≥ 16"), x),
             Err(_) => u64_large_into(out, x),
         }
     }
@@ -319,30 +320,35 @@ pub mod raw {
         put8(out, at + 8, bcd8(lo) + ZEROS);
     }
 
+    /// A `-` at `out[0]`, always, and the digits of the magnitude printed by `digits` at
+    /// offset 1 when `neg`, 0 otherwise (no branch); returns the length.
+    #[inline(always)]
+    pub(crate) fn signed<const N: usize, const M: usize>(
+        out: &mut [Out; M],
+        neg: bool,
+        digits: impl FnOnce(&mut [Out; N]) -> usize,
+    ) -> usize {
+        debug_assert!(N < M);
+        let neg = usize::from(neg);
+        out[0].write(b'-');
+        neg + digits((&mut out[neg..neg + N]).try_into().expect("N < M"))
+    }
+
     /// Prints `x` at the start of `out` (a `-` first when negative), returns its length.
     #[inline]
     pub(crate) fn i32_into(out: &mut [Out; U32_LEN + 1], x: i32) -> usize {
-        let neg = usize::from(x < 0);
-        out[0].write(b'-');
-        let digits: &mut [Out; U32_LEN] = (&mut out[neg..neg + U32_LEN]).try_into().expect("10");
-        neg + u32_into(digits, x.unsigned_abs())
+        signed(out, x < 0, |d| u32_into(d, x.unsigned_abs()))
     }
 
     /// Prints `x` at the start of `out` (a `-` first when negative), returns its length.
     #[inline]
     pub(crate) fn i64_into(out: &mut [Out; U64_LEN + 1], x: i64) -> usize {
-        let neg = usize::from(x < 0);
-        out[0].write(b'-');
-        let digits: &mut [Out; U64_LEN] = (&mut out[neg..neg + U64_LEN]).try_into().expect("20");
-        neg + u64_into(digits, x.unsigned_abs())
+        signed(out, x < 0, |d| u64_into(d, x.unsigned_abs()))
     }
 
     /// Prints `x` at the start of `out` (a `-` first when negative), returns its length.
     pub(crate) fn i128_into(out: &mut [Out; U128_LEN + 1], x: i128) -> usize {
-        let neg = usize::from(x < 0);
-        out[0].write(b'-');
-        let digits: &mut [Out; U128_LEN] = (&mut out[neg..neg + U128_LEN]).try_into().expect("39");
-        neg + u128_into(digits, x.unsigned_abs())
+        signed(out, x < 0, |d| u128_into(d, x.unsigned_abs()))
     }
 
     /// `out` as write-only bytes for the printers above.
@@ -387,49 +393,6 @@ pub mod raw {
     /// Prints `x` at the start of `out` (a `-` first when negative), returns its length.
     pub fn write_i128(out: &mut [u8; U128_LEN + 1], x: i128) -> usize {
         i128_into(as_out(out), x)
-    }
-}
-
-/// The printers behind [`Buffer::format`] and [`append`], which have room to spare (40 bytes):
-/// the same digits as [`raw`]'s, but a 32-bit number of 9 or 10 digits is stored with one
-/// 16-byte store ([`store16`]) instead of two, so that the copy that follows reads it back at
-/// once.
-mod wide {
-    use super::*;
-
-    /// [`raw::u32_into`] with room for a 16-byte store.
-    #[inline(always)]
-    pub(crate) fn u32_into(out: &mut [Out; 16], x: u32) -> usize {
-        raw::u32_digits(out, x)
-    }
-
-    /// [`raw::u64_into`] with room for a 16-byte store.
-    #[inline(always)]
-    pub(crate) fn u64_into(out: &mut [Out; 20], x: u64) -> usize {
-        match u32::try_from(x) {
-            Ok(x) => u32_into(out.first_chunk_mut().expect("20 ≥ 16"), x),
-            // Ten digits or more: as raw's. (One 16-byte store for 11 to 16 digits measured
-            // slower on Zen 4: the 128-bit shift that assembles them costs more than it saves.)
-            Err(_) => raw::u64_large_into(out, x),
-        }
-    }
-
-    /// [`raw::i32_into`] with room for a 16-byte store.
-    #[inline(always)]
-    pub(crate) fn i32_into(out: &mut [Out; 17], x: i32) -> usize {
-        let neg = usize::from(x < 0);
-        out[0].write(b'-');
-        let digits: &mut [Out; 16] = (&mut out[neg..neg + 16]).try_into().expect("16");
-        neg + u32_into(digits, x.unsigned_abs())
-    }
-
-    /// [`raw::i64_into`] with room for a 16-byte store.
-    #[inline(always)]
-    pub(crate) fn i64_into(out: &mut [Out; 21], x: i64) -> usize {
-        let neg = usize::from(x < 0);
-        out[0].write(b'-');
-        let digits: &mut [Out; 20] = (&mut out[neg..neg + 20]).try_into().expect("20");
-        neg + u64_into(digits, x.unsigned_abs())
     }
 }
 
@@ -544,19 +507,22 @@ macro_rules! integer {
     )*};
 }
 
+// `Buffer::format` and `append` have 40 bytes of room: 32-bit values get 16 of them, so that
+// nine or ten digits go in one store (see `store16`); wider ones get their `raw` array, whose
+// printers use 16 bytes for values that fit 32 bits.
 integer! {
     u8 => 3, |x, out| raw::u32_into(head(out), u32::from(x));
     u16 => 5, |x, out| raw::u32_into(head(out), u32::from(x));
-    u32 => 10, |x, out| wide::u32_into(head(out), x);
-    u64 => 20, |x, out| wide::u64_into(head(out), x);
+    u32 => 10, |x, out| raw::u32_digits::<16>(head(out), x);
+    u64 => 20, |x, out| raw::u64_into(head(out), x);
     u128 => 39, |x, out| raw::u128_into(head(out), x);
-    usize => 20, |x, out| wide::u64_into(head(out), x as u64);
+    usize => 20, |x, out| raw::u64_into(head(out), x as u64);
     i8 => 4, |x, out| raw::i32_into(head(out), i32::from(x));
     i16 => 6, |x, out| raw::i32_into(head(out), i32::from(x));
-    i32 => 11, |x, out| wide::i32_into(head(out), x);
-    i64 => 20, |x, out| wide::i64_into(head(out), x);
+    i32 => 11, |x, out| raw::signed::<16, 17>(head(out), x < 0, |d| raw::u32_digits(d, x.unsigned_abs()));
+    i64 => 20, |x, out| raw::i64_into(head(out), x);
     i128 => 40, |x, out| raw::i128_into(head(out), x);
-    isize => 20, |x, out| wide::i64_into(head(out), x as i64);
+    isize => 20, |x, out| raw::i64_into(head(out), x as i64);
 }
 
 // usize and isize are printed as 64-bit values: this crate targets 64-bit platforms.

@@ -280,9 +280,9 @@ fn append_writes_what_format_returns() {
     }
 }
 
-/// `Buffer::format` stores a `u32` of 9 or 10 digits in one 16-byte word assembled from a high
-/// pair and eight low digits: every high part, each with low parts at both ends of their range
-/// and in between, for `u32`, `u64`, `i32` and `i64`.
+/// `Buffer::format` and `raw::write_u64` store a `u32` of 9 or 10 digits in one 16-byte word
+/// assembled from a high pair and eight low digits: every high part, each with low parts at
+/// both ends of their range and in between, for `u32`, `u64`, `i32` and `i64`.
 #[test]
 fn buffer_assembles_nine_and_ten_digit_u32s() {
     let mut buf = Buffer::new();
@@ -296,6 +296,9 @@ fn buffer_assembles_nine_and_ten_digit_u32s() {
             let Ok(x) = u32::try_from(x) else { continue };
             assert_eq!(buf.format(x), x.to_string());
             assert_eq!(buf.format(u64::from(x)), x.to_string());
+            let mut raw64 = [0u8; 20];
+            let n = raw::write_u64(&mut raw64, u64::from(x));
+            assert_eq!(&raw64[..n], x.to_string().as_bytes());
             if let Ok(s) = i32::try_from(x) {
                 assert_eq!(buf.format(s), s.to_string());
                 assert_eq!(buf.format(-s), (-s).to_string());
