@@ -17,7 +17,9 @@
 //! wait(guard):                          // the caller holds the mutex
 //!     waiters += 1                      // lock xadd
 //!     s = seq
-//!     unlock; futex_wait(seq, s, deadline); waiters -= 1; lock
+//!     unlock; futex_wait(seq, s, deadline); waiters -= 1
+//!     lock                              // the Mutex's re-lock after a wait: its first polls
+//!                                       // come sooner (the notifier releases soon)
 //! notify_one / notify_all:
 //!     if waiters == 0: return           // nobody registered: no system call
 //!     seq += 1                          // lock xadd
