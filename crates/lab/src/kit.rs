@@ -104,8 +104,13 @@ pub fn run_together(threads: usize, cpus: Option<&[usize]>, body: impl Fn(usize)
 }
 
 /// The amount of work `n` for which `run(n)` takes about `target`: doubles `n` from `start`
-/// until a run takes at least an eighth of the target, then scales linearly. Never returns
-/// less than 1 or more than `max`. Costs about twice the target in runs.
+/// until a run takes at least an eighth of the target *and* the work shows in it (the run took
+/// at least 1.5 × the previous, smaller one), then scales linearly. The second condition keeps
+/// a fixed cost per run (starting 64 threads, say) from passing for the work's: a run of one
+/// unit that takes as long as the target because its threads took that long to start would
+/// otherwise size every later run to a handful of units, measuring the start-up alone. A run
+/// past 4 × the target stops the doubling anyway. Never returns less than 1 or more than
+/// `max`. Costs a few times the target in runs.
 pub fn calibrate(
     target: Duration,
     start: u64,
@@ -114,12 +119,15 @@ pub fn calibrate(
 ) -> u64 {
     let target_ns = target.as_nanos().max(1) as f64;
     let mut n = start.clamp(1, max.max(1));
+    let mut prev: Option<f64> = None;
     loop {
         let took = run(n).as_nanos().max(1) as f64;
-        if took >= target_ns / 8.0 || n >= max {
+        let scales = prev.is_some_and(|p| took >= 1.5 * p);
+        if (took >= target_ns / 8.0 && scales) || took >= 4.0 * target_ns || n >= max {
             let scaled = (n as f64 * target_ns / took).round();
             return (scaled as u64).clamp(1, max.max(1));
         }
+        prev = Some(took);
         // Jump straight to an eighth of the target when the run is far too short.
         let factor = (target_ns / 8.0 / took).clamp(2.0, 1024.0);
         n = ((n as f64 * factor) as u64).clamp(n + 1, max);
@@ -208,6 +216,12 @@ mod tests {
             calibrate(Duration::from_nanos(1), 1, 10, |_| Duration::from_secs(1)),
             1
         );
+        // A fixed 5 ms per run (threads starting) must not pass for the work: the old rule
+        // stopped at n = 1 (5 ms ≥ an eighth of the target) and sized runs to one unit.
+        let n = calibrate(Duration::from_millis(5), 1, u64::MAX, |n| {
+            Duration::from_millis(5) + Duration::from_micros(n)
+        });
+        assert!((1000..=5000).contains(&n), "{n}");
     }
 
     #[test]
