@@ -166,6 +166,18 @@ fn spindle_three_threads() {
     assert_slept(&mutex::MODEL_SLEEPS);
 }
 
+/// The handoff (see "Fairness" in `mutex.rs`): under loom every spinner may claim at once, so
+/// these models explore claims, reserved free locks, claimants giving their claim up to sleep
+/// and queued waiters; the counter shows that some execution took the lock through a claim.
+#[test]
+fn spindle_two_threads_hand_off() {
+    model::<SpindleLock>(2, 2, 3, true);
+    assert!(
+        mutex::MODEL_HANDOFFS.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "no explored execution took the lock through a handoff"
+    );
+}
+
 #[test]
 fn spindle_three_threads_two_rounds() {
     model::<SpindleLock>(3, 2, 2, false);

@@ -5,7 +5,7 @@
 //!
 //! | raw lock | alias | what it is |
 //! |---|---|---|
-//! | [`SpindleLock`] | [`Mutex<T>`] | Spindle's mutex: barging; waiters poll at a bounded total rate, yield only when oversubscribed, then futex-sleep |
+//! | [`SpindleLock`] | [`Mutex<T>`] | Spindle's mutex: barging, bounded by a handoff to a waiter past one spin budget; waiters poll at a bounded total rate, yield only when oversubscribed, then futex-sleep |
 //! | [`FutexMutex`] | [`FutexMutexT<T>`] | the classic 3-state futex mutex (what std does) |
 //! | [`SpinLock`] | [`SpinMutex<T>`] | test-and-test-and-set, 16 `pause`s then `sched_yield` |
 //! | [`TicketLock`] | [`TicketMutex<T>`] | FIFO ticket spinlock, same pause/yield policy |

@@ -8,31 +8,40 @@
 //!   bit 0       LOCKED    some thread holds the lock
 //!   bit 1       WOKEN     an unlocker has issued (or is about to issue) a futex_wake; cleared
 //!                         by the next CAS of a woken thread or of any thread going to sleep
-//!   bits 2..=9  SPINNERS  threads awake in `lock` polling the word, in units of 4 (at most 255)
-//!   bits 10..   SLEEPERS  threads registered as (possible) sleepers, in units of 1024
+//!   bit 2       HANDOFF   a waiter has claimed the next acquisition (see "Fairness"): a free
+//!                         lock is then that waiter's alone
+//!   bits 3..=10 SPINNERS  threads awake in `lock` polling the word, in units of 8 (at most 255)
+//!   bits 11..   SLEEPERS  threads registered as (possible) sleepers, in units of 2048
 //! ```
 //!
 //! Invariants: `SLEEPERS` counts exactly the threads that have registered in their current
 //! `lock` call and not yet acquired; `SPINNERS` counts exactly the threads that have joined the
 //! spinners and not yet left (each leaves with the CAS that takes the lock or registers it to
-//! sleep); a thread sleeps only in `futex_wait(state, v)` where `v` has `LOCKED` set, `WOKEN`
-//! clear and counts the thread among the sleepers.
+//! sleep); `HANDOFF` is set only while its claimant is among the spinners (it is set by a
+//! spinner's CAS from a value with `LOCKED` set, and cleared only by the claimant's CAS that
+//! acquires or registers it to sleep); a thread sleeps only in `futex_wait(state, v)` where `v`
+//! has `LOCKED` set or `HANDOFF` claimed by another thread, `WOKEN` clear, and counts the
+//! thread among the sleepers.
 //!
 //! - `lock` fast path: `compare_exchange(0, LOCKED, Acquire)`.
-//! - `lock` slow path, one loop. If `LOCKED` is clear, take the lock with a CAS that sets
-//!   `LOCKED` and in the same write leaves the spinners and the sleepers (if counted there)
-//!   and clears `WOKEN` (if this thread has returned from a wait). Anyone may take a free lock —
-//!   *barging*: the lock never waits for a particular thread to be scheduled. While the word
-//!   says `LOCKED`: join the spinners (one CAS, which also clears `WOKEN` for a woken thread),
-//!   then poll for at most [`SPIN_BUDGET_NS`]. Between two polls, `spinners ×`
+//! - `lock` slow path, one loop. If `LOCKED` is clear (and `HANDOFF` too, unless this thread
+//!   claimed it), take the lock with a CAS that sets `LOCKED` and in the same write leaves the
+//!   spinners and the sleepers (if counted there), clears `WOKEN` (if this thread has returned
+//!   from a wait) and `HANDOFF` (if it was this thread's claim). Anyone may take a free,
+//!   unclaimed lock — *barging*. While the word says `LOCKED` (or a claim reserves it): join
+//!   the spinners (one CAS, which also clears `WOKEN` for a woken thread), then poll for at
+//!   most [`SPIN_BUDGET_NS`]; a spinner that has waited [`HANDOFF_AFTER_NS`] may claim the
+//!   handoff (one CAS from a value with `LOCKED` set and `HANDOFF` clear; see "Fairness").
+//!   Between two polls, `spinners ×`
 //!   [`POLL_SHARE`] × (this thread's measured cost of a poll) pass: spent in `pause` when the
 //!   threads that want the lock (spinners, sleepers and the holder) fit on the CPUs, in
 //!   `sched_yield` when they do not (an oversubscribed CPU may be the one the holder needs).
-//!   Past the budget, register: one
-//!   CAS from a value with `LOCKED` set that leaves the spinners, adds `SLEEPER` (first time
-//!   only) and clears `WOKEN`, then `futex_wait(state, new)` on exactly the value that CAS
-//!   wrote. After any return from the
-//!   wait the thread joins the spinners again with a fresh budget.
+//!   Past the budget, register: one CAS from a value with `LOCKED` set (or, for a thread that
+//!   is not the claimant, `HANDOFF`) that leaves the spinners, adds `SLEEPER` (first time
+//!   only), clears `WOKEN` and gives up this thread's claim, then `futex_wait(state, new)` on
+//!   exactly the value that CAS wrote. A claimant never registers from a free lock: it takes
+//!   it. After any return from the wait the thread joins the spinners again with a fresh
+//!   budget.
 //! - `unlock`: `fetch_sub(LOCKED, Release)`. If the old value was exactly `LOCKED` (nobody
 //!   spinning or sleeping) that is all — one locked instruction. Otherwise, on the value it
 //!   left: wake only if there are sleepers, nobody re-took the lock meanwhile (its unlock will
@@ -89,17 +98,23 @@
 //! # Why no wake-up is lost
 //!
 //! Every CAS in the slow path except the acquiring one compares against a value with `LOCKED`
-//! set. Suppose an execution ends with threads asleep forever in `lock` and no other thread left
-//! to run. Let `F` be the word's final value. Nobody holds the lock (a holder would run and
-//! unlock), so `LOCKED` is clear in `F`; nobody spins (a spinner is awake and within its budget
-//! acquires or registers to sleep), so `SPINNERS` is zero in `F`; the sleepers are counted in
-//! `F`.
+//! or `HANDOFF` set, and `HANDOFF` is set only by a CAS from a value with `LOCKED` set. Suppose
+//! an execution ends with threads asleep forever in `lock` and no other thread left to run. Let
+//! `F` be the word's final value. Nobody holds the lock (a holder would run and unlock), so
+//! `LOCKED` is clear in `F`; nobody spins (a spinner is awake and within its budget acquires
+//! or registers to sleep; a queued one stays awake only while claims come and go), so
+//! `SPINNERS` is zero in `F`, and so is `HANDOFF` (its claimant is a spinner); the sleepers are
+//! counted in `F`.
 //!
 //! 1. `WOKEN` clear in `F`. Let `U` be the last unlock (its `fetch_sub` cleared `LOCKED` for
-//!    the last time). After it no CAS but `U`'s own can succeed: the acquiring CAS would need a
-//!    later unlock, every other CAS needs `LOCKED` set. So the value `U`'s `unlock_slow` read
-//!    is `F` (or `F` without `WOKEN`): sleepers counted, `LOCKED`, `WOKEN` and `SPINNERS`
-//!    clear — so `U` set `WOKEN`, contradicting `F`.
+//!    the last time). `HANDOFF` is clear just after it: were it set, its claimant — awake, and
+//!    the one thread allowed to take the free lock — would take it, and a later unlock would
+//!    follow. Then no CAS but `U`'s own can succeed after `U`: the acquiring CAS would need a
+//!    later unlock, every other CAS needs `LOCKED` or `HANDOFF` set, and setting `HANDOFF`
+//!    needs `LOCKED`. So the value `U`'s `unlock_slow` read is `F` (or `F` without `WOKEN`):
+//!    sleepers counted, `LOCKED`, `WOKEN` and `SPINNERS` clear — so `U` set `WOKEN`,
+//!    contradicting `F`. (An unlocker that owes a wake, see "Fairness", wakes on a weaker
+//!    condition; that only adds wakes.)
 //! 2. `WOKEN` set in `F`. Let `U` be the unlock whose CAS set it last, at time `t`; `U` calls
 //!    `futex_wake` after `t`, and no CAS clears `WOKEN` after `t`. A sleeper's last wait
 //!    compared the word with a value whose `WOKEN` is clear; after `t` the word always carries
@@ -124,27 +139,60 @@
 //! decide when to try or sleep: `Relaxed`.
 //!
 //! Linearisation points: `lock` and a successful `try_lock` at the CAS that sets `LOCKED`; a
-//! failed `try_lock` at the load (or failed CAS) that saw `LOCKED`; `unlock` at its
-//! `fetch_sub`.
+//! failed `try_lock` at the load (or failed CAS) that saw `LOCKED` or another thread's
+//! `HANDOFF`; `unlock` at its `fetch_sub`.
 //!
 //! # Fairness
 //!
-//! None is promised: a barging thread can take the lock ahead of spinners and sleepers, so one
-//! thread's wait is not bounded by the lock. The lab's `locks` experiment measures the longest
-//! wait and the longest idle times beside std's, at T = cores and T = 4 × cores.
+//! Barging is what makes a contended lock fast (the thread that just released it, whose
+//! caches hold the data, takes it again without a context switch), and what lets one thread's
+//! wait grow without bound: with 16 threads on 16 CPUs hammering one lock, version 2 without
+//! a handoff finished the lab's run 3 × faster than std's mutex while its four longest waits
+//! were 11 × std's. So barging is bounded by time:
+//!
+//! - A spinner that has waited [`HANDOFF_AFTER_NS`] (one spin budget) *claims the handoff*:
+//!   it sets `HANDOFF` in a word that says `LOCKED`. From then on a free lock is the
+//!   claimant's alone (the fast path's `CAS(0 → LOCKED)` fails on the bit, the slow path and
+//!   `try_lock` leave it); the claimant polls 2, 4, 8 … up to [`HANDOFF_POLL_SHARE`] round
+//!   trips apart and takes the lock at the first poll after the release, clearing the bit.
+//!   The claim is given up, with a fresh budget spent, only by going to sleep.
+//! - Between two claims the lock is barged as before for a *turn* of [`HANDOFF_TURN`] × the
+//!   handoff latency (claim to acquisition, a moving average measured by the claimants;
+//!   [`HANDOFF_TURN_OVERSUBSCRIBED`] × when the threads that want the lock outnumber the
+//!   CPUs): a spinner may claim only when a turn has passed since it last saw a claim. So
+//!   handoffs take a bounded share of the lock's time, and consecutive holders keep their
+//!   caches warm for a turn.
+//! - Waiters past [`HANDOFF_AFTER_NS`] that saw a claim within the last turn and budget are
+//!   *queued*: they do not sleep, so that one of them is awake to make the next claim, and
+//!   they poll up to `POLL_SHARE / HANDOFF_POLL_SHARE` times more often the longer they have
+//!   waited, so that the longest waiter usually claims next.
+//! - A claimant that acquires while threads sleep owes a wake: its next slow unlock wakes one
+//!   sleeper even if threads spin (normally a spinner makes a wake unnecessary), so sleepers
+//!   join the queue instead of sleeping while spinners take every turn.
+//!
+//! The cost: the lock idles from each handed-off release to the claimant's next poll (longer
+//! when the claimant is off its CPU). No bound on a wait is promised; the lab's `locks`
+//! experiment measures the four longest waits and idle times beside std's, and the run time
+//! beside std's, parking_lot's and the futex mutex's, at T = cores and T = 4 × cores.
 
 use crate::futex::Parking;
 use crate::primitives::{spin_loop, yield_now, AtomicU32, Ordering::*};
 
 const LOCKED: u32 = 1;
 const WOKEN: u32 = 2;
-const SPINNER: u32 = 4;
+const HANDOFF: u32 = 4;
+const SPINNER: u32 = 8;
 const SPINNERS: u32 = 0xff * SPINNER;
-const SLEEPER: u32 = 1 << 10;
+const SLEEPER: u32 = 1 << 11;
 
 /// How many times the loom models reached the futex wait (they assert that it happened).
 #[cfg(all(test, loom))]
 pub(super) static MODEL_SLEEPS: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+/// How many times a claimant took the lock through the handoff in the loom models (they assert
+/// that it happened).
+#[cfg(all(test, loom))]
+pub(super) static MODEL_HANDOFFS: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(0);
 
 /// The spinners together poll the word about once per `POLL_SHARE` × the cost of one poll
@@ -160,6 +208,28 @@ const POLL_SHARE: u64 = 32;
 /// which waiting asleep is the cheaper way.
 #[cfg_attr(loom, allow(dead_code))]
 const SPIN_BUDGET_NS: u64 = 20_000;
+/// How long a thread waits before it claims the handoff (see "Fairness" in the module
+/// documentation): one spin budget, so that a thread that has spun its budget without
+/// catching the lock is served next rather than sent to sleep.
+#[cfg_attr(loom, allow(dead_code))]
+const HANDOFF_AFTER_NS: u64 = SPIN_BUDGET_NS;
+/// The claimant of the handoff polls at most this many round trips apart (its polls cost the
+/// holder about `1 / HANDOFF_POLL_SHARE` of its time while the claim stands, usually one
+/// critical section): after the release, the lock idles until the claimant's next poll.
+#[cfg_attr(loom, allow(dead_code))]
+const HANDOFF_POLL_SHARE: u64 = POLL_SHARE / 4;
+/// A thread served by a handoff keeps the lock (barging allowed) for at least this many times
+/// the measured handoff latency before the next claim: a handoff leaves the lock idle from the
+/// release to the claimant's next poll, so handoffs cost about `1 / (1 + HANDOFF_TURN)` of the
+/// lock's time, and a thread waits about `(waiters - 1) × (1 + HANDOFF_TURN)` latencies past
+/// [`HANDOFF_AFTER_NS`] for its turn.
+#[cfg_attr(loom, allow(dead_code))]
+const HANDOFF_TURN: u64 = 4;
+/// The turn when the threads that want the lock outnumber the CPUs: then a claimant may be
+/// off its CPU when the lock is released, so a handoff costs more and varies more, while every
+/// waiter's wait is dominated by the scheduler's time slices anyway.
+#[cfg_attr(loom, allow(dead_code))]
+const HANDOFF_TURN_OVERSUBSCRIBED: u64 = 16;
 
 /// The CPUs this process may run on (cached; 0 until first asked).
 #[cfg(not(loom))]
@@ -309,6 +379,130 @@ mod ticks {
     }
 }
 
+/// Sets this thread's "owes a wake" flag to `owe` and returns what it was: set when the
+/// thread was served by the handoff while threads slept, consumed by its next slow unlock
+/// (see "Fairness"). A hint: a guard sent to another thread, or a flag left by one lock and
+/// consumed by another, costs one wake too few or one too many, which the protocol allows.
+/// Under loom no thread owes a wake.
+fn owe_wake(owe: bool) -> bool {
+    #[cfg(not(loom))]
+    {
+        std::thread_local!(static OWED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+        OWED.try_with(|c| c.replace(owe)).unwrap_or(false)
+    }
+    #[cfg(loom)]
+    {
+        let _ = owe;
+        false
+    }
+}
+
+/// A waiter's clock for the handoff (see "Fairness"; under loom there is no clock: every
+/// spinner may claim at once, so that the models explore the handoff).
+struct Waiting {
+    /// When this thread first found the lock held in this `lock` call.
+    #[cfg(not(loom))]
+    since: std::time::Instant,
+    /// When this thread last saw another thread's handoff claim (initially `since`).
+    #[cfg(not(loom))]
+    seen: std::time::Instant,
+    /// When this thread claimed the handoff, if it holds the claim.
+    #[cfg(not(loom))]
+    claimed: Option<std::time::Instant>,
+}
+
+/// The process's handoff latency in nanoseconds: a moving average (an eighth per sample) of
+/// the time from a claim to the claimant's acquisition, on a line of its own.
+#[cfg(not(loom))]
+static HANDOFF_NS: SharedCost = SharedCost(std::sync::atomic::AtomicU64::new(0));
+
+impl Waiting {
+    fn start() -> Waiting {
+        #[cfg(not(loom))]
+        let now = std::time::Instant::now();
+        Waiting {
+            #[cfg(not(loom))]
+            since: now,
+            #[cfg(not(loom))]
+            seen: now,
+            #[cfg(not(loom))]
+            claimed: None,
+        }
+    }
+
+    /// Whether this thread may claim the handoff now, having polled `state`: it has waited
+    /// [`HANDOFF_AFTER_NS`], and [`HANDOFF_TURN`] × the handoff latency have passed since it
+    /// last saw another thread's claim (so that a holder served by a handoff keeps the lock
+    /// for a turn many times longer than a handoff costs). Also returns whether it must stay
+    /// awake (is queued): overdue, and it saw a claim within the last turn and spin budget, so
+    /// the next handoff may well be its.
+    /// The third value is the thread's urgency: how many times [`HANDOFF_AFTER_NS`] it has
+    /// waited, from 1 to `POLL_SHARE / HANDOFF_POLL_SHARE`, which divides its poll spacing:
+    /// the longest waiters poll most often and usually make the next claim, while all the
+    /// spinners together still poll at most once per `HANDOFF_POLL_SHARE` round trips.
+    fn may_claim(&mut self, state: u32) -> (bool, bool, u64) {
+        #[cfg(not(loom))]
+        {
+            let now = std::time::Instant::now();
+            if state & HANDOFF != 0 && self.claimed.is_none() {
+                self.seen = now;
+            }
+            let oversubscribed = (state & SPINNERS) / SPINNER + state / SLEEPER + 1 > cpus();
+            let turns = if oversubscribed {
+                HANDOFF_TURN_OVERSUBSCRIBED
+            } else {
+                HANDOFF_TURN
+            };
+            let latency = HANDOFF_NS.0.load(std::sync::atomic::Ordering::Relaxed);
+            let turn = std::time::Duration::from_nanos(turns * latency);
+            let overdue = now - self.since >= std::time::Duration::from_nanos(HANDOFF_AFTER_NS);
+            let since_seen = now - self.seen;
+            let urgency = ((now - self.since).as_nanos() / u128::from(HANDOFF_AFTER_NS)).max(1);
+            (
+                overdue && since_seen >= turn,
+                overdue && since_seen < turn + std::time::Duration::from_nanos(SPIN_BUDGET_NS),
+                urgency.min(u128::from(POLL_SHARE / HANDOFF_POLL_SHARE)) as u64,
+            )
+        }
+        #[cfg(loom)]
+        {
+            let _ = state;
+            (true, true, 1)
+        }
+    }
+
+    fn claim(&mut self) {
+        #[cfg(not(loom))]
+        {
+            self.claimed = Some(std::time::Instant::now());
+        }
+    }
+
+    /// The claimant has acquired: learn the handoff latency.
+    fn served(&self) {
+        #[cfg(not(loom))]
+        if let Some(t) = self.claimed {
+            let sample = t.elapsed().as_nanos().min(u128::from(u32::MAX)) as u64;
+            let shared = &HANDOFF_NS.0;
+            let e = shared.load(std::sync::atomic::Ordering::Relaxed);
+            let e = match e {
+                0 => sample,
+                e if sample >= e => e + (sample - e).div_ceil(8),
+                e => e - (e - sample) / 8,
+            };
+            shared.store(e, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// The claimant gave its claim up (to sleep).
+    fn unclaim(&mut self) {
+        #[cfg(not(loom))]
+        {
+            self.claimed = None;
+        }
+    }
+}
+
 /// One thread's spinning in one `lock` call: a deadline and whether the last wait yielded
 /// (under loom: one poll).
 struct Spin {
@@ -321,6 +515,10 @@ struct Spin {
     /// `lock_after_wait`), at 16 otherwise (the bound from the first poll).
     #[cfg(not(loom))]
     ramp: u32,
+    /// This thread holds the handoff claim: it polls at most [`HANDOFF_POLL_SHARE`] round
+    /// trips apart, whatever the number of spinners.
+    #[cfg(not(loom))]
+    claimant: bool,
     #[cfg(loom)]
     polls: u32,
 }
@@ -336,8 +534,20 @@ impl Spin {
             yielded: false,
             #[cfg(not(loom))]
             ramp: if ramp { 0 } else { 16 },
+            #[cfg(not(loom))]
+            claimant: false,
             #[cfg(loom)]
             polls: 1,
+        }
+    }
+
+    /// This thread has just claimed the handoff: a fresh budget, and polls that start 2 round
+    /// trips apart and ramp up to [`HANDOFF_POLL_SHARE`].
+    fn claim(&mut self) {
+        #[cfg(not(loom))]
+        {
+            *self = Spin::start(true);
+            self.claimant = true;
         }
     }
 
@@ -368,11 +578,12 @@ impl Spin {
     }
 
     /// Waits until the next poll of a word that read `state`, or returns false when the budget
-    /// is spent.
-    fn pause(&mut self, state: u32) -> bool {
+    /// is spent (never while `queued`: this thread has waited past [`HANDOFF_AFTER_NS`] while
+    /// another holds the handoff claim, and must be awake to claim it next).
+    fn pause(&mut self, state: u32, queued: bool, urgency: u64) -> bool {
         #[cfg(loom)]
         {
-            let _ = state;
+            let _ = (state, queued, urgency);
             if self.polls == 0 {
                 return false;
             }
@@ -383,11 +594,15 @@ impl Spin {
         #[cfg(not(loom))]
         {
             let now = std::time::Instant::now();
-            if now >= self.deadline {
+            if now >= self.deadline && !queued {
                 return false;
             }
             let spinners = (state & SPINNERS) / SPINNER;
-            let bound = u64::from(spinners.max(1)) * POLL_SHARE;
+            let bound = if self.claimant {
+                HANDOFF_POLL_SHARE
+            } else {
+                u64::from(spinners.max(1)) * POLL_SHARE / urgency
+            };
             let spacing = (2u64 << self.ramp).min(bound);
             self.ramp = (self.ramp + 1).min(16);
             let wait = spacing * PollCost::get();
@@ -409,7 +624,7 @@ impl Spin {
                 }
                 // Never wait past the budget: a spinner with many others (or on a machine with
                 // slow round trips) polls at least once before it sleeps.
-                if ticks::now() >= until || std::time::Instant::now() >= deadline {
+                if ticks::now() >= until || (!queued && std::time::Instant::now() >= deadline) {
                     return true;
                 }
             }
@@ -417,8 +632,9 @@ impl Spin {
     }
 }
 
-/// Spindle's mutex: barging; waiters poll at a bounded total rate, yield only when the CPUs
-/// are oversubscribed, then futex-sleep; unlocks make no system call while an awake thread is
+/// Spindle's mutex: barging, until a waiter that has waited one spin budget claims the next
+/// acquisition; waiters poll at a bounded total rate, yield only when the CPUs are
+/// oversubscribed, then futex-sleep; unlocks make no system call while an awake thread is
 /// about to take the lock. See the module docs.
 pub struct SpindleLock {
     state: AtomicU32,
@@ -478,13 +694,18 @@ impl SpindleLock {
 
     #[inline(always)]
     fn lock_contended(&self, ramp: bool) {
-        // Whether this thread is counted among the sleepers, among the spinners, and whether it
-        // has returned from a wait in this call (then each of its CASes also clears WOKEN).
-        let (mut registered, mut spinning, mut woken) = (false, false, false);
-        let mut spin = None;
+        // Whether this thread is counted among the sleepers, among the spinners, whether it
+        // has returned from a wait in this call (then each of its CASes also clears WOKEN), and
+        // whether it holds the handoff claim.
+        let (mut registered, mut spinning, mut woken, mut claimant) = (false, false, false, false);
+        let mut spin: Option<Spin> = None;
+        // Started when the thread first finds the lock held (no clock read before the first
+        // attempt: a holder re-taking its lock comes here whenever others wait).
+        let mut waiting: Option<Waiting> = None;
         let mut state = self.state.load(Relaxed);
         loop {
-            if state & LOCKED == 0 {
+            // A free lock is anyone's, unless it is reserved for the claimant of the handoff.
+            if state & LOCKED == 0 && (state & HANDOFF == 0 || claimant) {
                 let mut new = state | LOCKED;
                 if registered {
                     new -= SLEEPER;
@@ -495,8 +716,23 @@ impl SpindleLock {
                 if woken {
                     new &= !WOKEN;
                 }
+                if claimant {
+                    new &= !HANDOFF;
+                }
                 match self.state.compare_exchange(state, new, Acquire, Relaxed) {
-                    Ok(_) => return,
+                    Ok(_) => {
+                        if let Some(w) = waiting.as_ref().filter(|_| claimant) {
+                            w.served();
+                            #[cfg(all(test, loom))]
+                            MODEL_HANDOFFS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        if claimant && new >= SLEEPER {
+                            // Served by the handoff while threads sleep: this thread's unlock
+                            // wakes one even if others spin, so that sleepers join the queue.
+                            owe_wake(true);
+                        }
+                        return;
+                    }
                     Err(s) => {
                         state = s;
                         continue;
@@ -506,6 +742,7 @@ impl SpindleLock {
             // Join the spinners (unless 255 already spin: then sleep at once).
             if spin.is_none() {
                 spin = Some(Spin::start(ramp));
+                waiting.get_or_insert_with(Waiting::start);
                 if state & SPINNERS != SPINNERS {
                     let mut new = state + SPINNER;
                     if woken {
@@ -525,19 +762,45 @@ impl SpindleLock {
                 }
             }
             if let Some(spin) = spin.as_mut().filter(|_| spinning) {
-                if spin.pause(state) {
+                let waiting = waiting.as_mut().expect("started with the spin");
+                let (may_claim, queued, urgency) = waiting.may_claim(state);
+                // Claim the handoff: the lock is held (a free, unreserved one was taken above)
+                // and nobody claims it.
+                if may_claim && !claimant && state & HANDOFF == 0 {
+                    debug_assert!(state & LOCKED != 0);
+                    let new = state | HANDOFF;
+                    match self.state.compare_exchange(state, new, Relaxed, Relaxed) {
+                        Ok(_) => {
+                            claimant = true;
+                            spin.claim();
+                            waiting.claim();
+                            state = new;
+                        }
+                        Err(s) => {
+                            state = s;
+                            continue;
+                        }
+                    }
+                }
+                let queued = queued && !claimant;
+                if spin.pause(state, queued, urgency) {
                     state = spin.poll(&self.state);
                     continue;
                 }
             }
-            // Leave the spinners, register (once) and clear WOKEN in one CAS, then sleep on
-            // what it wrote: a sleep value never carries WOKEN (see "Why no wake-up is lost").
+            // Leave the spinners, register (once), clear WOKEN and give up the handoff claim in
+            // one CAS, then sleep on what it wrote: a sleep value never carries WOKEN (see "Why
+            // no wake-up is lost"). The word says LOCKED here, or HANDOFF claimed by another
+            // thread (a claimant takes a free lock above, so it never sleeps on a free one).
             let mut new = state & !WOKEN;
             if spinning {
                 new -= SPINNER;
             }
             if !registered {
                 new += SLEEPER;
+            }
+            if claimant {
+                new &= !HANDOFF;
             }
             if new != state {
                 if let Err(s) = self.state.compare_exchange(state, new, Relaxed, Relaxed) {
@@ -546,6 +809,12 @@ impl SpindleLock {
                 }
                 registered = true;
                 spinning = false;
+                if claimant {
+                    claimant = false;
+                    if let Some(w) = waiting.as_mut() {
+                        w.unclaim();
+                    }
+                }
             }
             #[cfg(all(test, loom))]
             MODEL_SLEEPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -558,11 +827,12 @@ impl SpindleLock {
         }
     }
 
-    /// Acquires the lock if it is free (even if threads sleep on it: barging).
+    /// Acquires the lock if it is free (even if threads sleep on it: barging), unless it is
+    /// reserved for a thread that claimed the handoff.
     #[inline]
     pub fn try_lock(&self) -> bool {
         let mut state = self.state.load(Relaxed);
-        while state & LOCKED == 0 {
+        while state & (LOCKED | HANDOFF) == 0 {
             match self
                 .state
                 .compare_exchange_weak(state, state | LOCKED, Acquire, Relaxed)
@@ -591,8 +861,10 @@ impl SpindleLock {
     #[cold]
     #[inline(never)]
     fn unlock_slow(&self, mut state: u32) {
+        let owed = owe_wake(false);
         loop {
-            if state < SLEEPER || state & (LOCKED | WOKEN | SPINNERS) != 0 {
+            if state < SLEEPER || state & (LOCKED | WOKEN) != 0 || (state & SPINNERS != 0 && !owed)
+            {
                 return;
             }
             match self
