@@ -30,8 +30,9 @@
 //!   from a wait) and `HANDOFF` (if it was this thread's claim). Anyone may take a free,
 //!   unclaimed lock — *barging*. While the word says `LOCKED` (or a claim reserves it): join
 //!   the spinners (one CAS, which also clears `WOKEN` for a woken thread), then poll for at
-//!   most [`SPIN_BUDGET_NS`]; a spinner that has waited [`HANDOFF_AFTER_NS`] may claim the
-//!   handoff (one CAS from a value with `LOCKED` set and `HANDOFF` clear; see "Fairness").
+//!   most one *spin budget* ([`spin_budget_ns`]: the process's measured futex wake-up
+//!   latency); a spinner that has waited one budget may claim the handoff (one CAS from a
+//!   value with `LOCKED` set and `HANDOFF` clear; see "Fairness").
 //!   Between two polls, `spinners ×`
 //!   [`POLL_SHARE`] × (this thread's measured cost of a poll) pass: spent in `pause` when the
 //!   threads that want the lock (spinners, sleepers and the holder) fit on the CPUs, in
@@ -84,8 +85,9 @@
 //!   holder.
 //! - **No wake while someone spins** (Go's `sync.Mutex` rule), and at most one wake in flight
 //!   (`WOKEN`): unlocks make no system call while an awake thread is about to take the lock.
-//! - **Sleep after [`SPIN_BUDGET_NS`]**, about one or two futex sleep-and-wake round trips:
-//!   longer waits are cheaper asleep than polling.
+//! - **Sleep after one spin budget**, the futex wake-up latency the mutex measures on its own
+//!   wakes ([`SPIN_BUDGET_DEFAULT_NS`] until it has timed one): a thread that polls longer has spent more than the
+//!   wake-up that polling would have saved it.
 //!
 //! `WOKEN` is what avoids the wake storm of the three-state mutex (std's): while a woken
 //! thread is on its way, unlocks make no system call. It is cleared by the woken thread's next
@@ -150,7 +152,7 @@
 //! a handoff finished the lab's run 3 × faster than std's mutex while its four longest waits
 //! were 11 × std's. So barging is bounded by time:
 //!
-//! - A spinner that has waited [`HANDOFF_AFTER_NS`] (one spin budget) *claims the handoff*:
+//! - A spinner that has waited one spin budget *claims the handoff*:
 //!   it sets `HANDOFF` in a word that says `LOCKED`. From then on a free lock is the
 //!   claimant's alone (the fast path's `CAS(0 → LOCKED)` fails on the bit, the slow path and
 //!   `try_lock` leave it); the claimant polls 2, 4, 8 … up to [`HANDOFF_POLL_SHARE`] round
@@ -162,7 +164,7 @@
 //!   CPUs): a spinner may claim only when a turn has passed since it last saw a claim. So
 //!   handoffs take a bounded share of the lock's time, and consecutive holders keep their
 //!   caches warm for a turn.
-//! - Waiters past [`HANDOFF_AFTER_NS`] that saw a claim within the last turn and budget are
+//! - Waiters past one budget that saw a claim within the last turn and budget are
 //!   *queued*: they do not sleep, so that one of them is awake to make the next claim, and
 //!   they poll up to `POLL_SHARE / HANDOFF_POLL_SHARE` times more often the longer they have
 //!   waited, so that the longest waiter usually claims next.
@@ -203,16 +205,57 @@ pub(super) static MODEL_HANDOFFS: std::sync::atomic::AtomicUsize =
 /// not assumed: each thread times its own polls ([`PollCost`]).
 #[cfg_attr(loom, allow(dead_code))]
 const POLL_SHARE: u64 = 32;
-/// How long a thread polls before it sleeps: about one or two futex sleep-and-wake round trips
-/// (the `eventcount` experiment's raw futex floor, per machine in `docs/results.md`), past
-/// which waiting asleep is the cheaper way.
+/// The spin budget before the process has timed a wake-up (see [`spin_budget_ns`]): about
+/// the raw futex wake latency of the VMs the lab has measured (`docs/results.md`).
 #[cfg_attr(loom, allow(dead_code))]
-const SPIN_BUDGET_NS: u64 = 20_000;
-/// How long a thread waits before it claims the handoff (see "Fairness" in the module
-/// documentation): one spin budget, so that a thread that has spun its budget without
-/// catching the lock is served next rather than sent to sleep.
+const SPIN_BUDGET_DEFAULT_NS: u64 = 20_000;
+/// Bounds on the measured spin budget: a wake-up timed faster than this is a sample the
+/// clocks got wrong (no futex round trip takes less), one slower says more about the scheduler
+/// than about the futex.
 #[cfg_attr(loom, allow(dead_code))]
-const HANDOFF_AFTER_NS: u64 = SPIN_BUDGET_NS;
+const SPIN_BUDGET_NS: std::ops::RangeInclusive<u64> = 2_000..=200_000;
+
+/// How long a thread polls before it sleeps, and how long it waits before it claims the
+/// handoff (see "Fairness"): the process's futex wake-up latency, measured by the mutex itself
+/// (the time from an unlocker's `futex_wake` to the woken thread's return from its wait, a
+/// moving average over every lock in the process). Past it, waiting asleep costs the waiter
+/// no more than polling would (a wake-up is what it would have saved), and a thread that has
+/// waited that long without catching the lock is served next rather than sent to sleep.
+#[cfg(not(loom))]
+fn spin_budget_ns() -> u64 {
+    match WAKE_NS.0.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => SPIN_BUDGET_DEFAULT_NS,
+        ns => ns.clamp(*SPIN_BUDGET_NS.start(), *SPIN_BUDGET_NS.end()),
+    }
+}
+
+/// The futex wake-up latency in nanoseconds (a moving average, an eighth per sample; 0 before
+/// the first), and when the last wake was issued (nanoseconds since [`origin_ns`]'s origin).
+#[cfg(not(loom))]
+static WAKE_NS: SharedCost = SharedCost(std::sync::atomic::AtomicU64::new(0));
+#[cfg(not(loom))]
+static WAKE_ISSUED: SharedCost = SharedCost(std::sync::atomic::AtomicU64::new(0));
+
+/// Nanoseconds since the first call (a monotonic clock that fits an atomic word).
+#[cfg(not(loom))]
+fn origin_ns() -> u64 {
+    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let origin = *ORIGIN.get_or_init(std::time::Instant::now);
+    origin.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64
+}
+
+/// Folds a sample into a moving average (an eighth of the gap per sample; the first is taken
+/// whole). Racy read-modify-write on purpose: a lost sample only slows the learning.
+#[cfg(not(loom))]
+fn ewma(word: &std::sync::atomic::AtomicU64, sample: u64) {
+    let e = word.load(std::sync::atomic::Ordering::Relaxed);
+    let e = match e {
+        0 => sample,
+        e if sample >= e => e + (sample - e).div_ceil(8),
+        e => e - (e - sample) / 8,
+    };
+    word.store(e.max(1), std::sync::atomic::Ordering::Relaxed);
+}
 /// The claimant of the handoff polls at most this many round trips apart (its polls cost the
 /// holder about `1 / HANDOFF_POLL_SHARE` of its time while the claim stands, usually one
 /// critical section): after the release, the lock idles until the claimant's next poll.
@@ -222,7 +265,7 @@ const HANDOFF_POLL_SHARE: u64 = POLL_SHARE / 4;
 /// the measured handoff latency before the next claim: a handoff leaves the lock idle from the
 /// release to the claimant's next poll, so handoffs cost about `1 / (1 + HANDOFF_TURN)` of the
 /// lock's time, and a thread waits about `(waiters - 1) × (1 + HANDOFF_TURN)` latencies past
-/// [`HANDOFF_AFTER_NS`] for its turn.
+/// [`spin_budget_ns`] for its turn.
 #[cfg_attr(loom, allow(dead_code))]
 const HANDOFF_TURN: u64 = 4;
 /// The turn when the threads that want the lock outnumber the CPUs: then a claimant may be
@@ -431,12 +474,12 @@ impl Waiting {
     }
 
     /// Whether this thread may claim the handoff now, having polled `state`: it has waited
-    /// [`HANDOFF_AFTER_NS`], and [`HANDOFF_TURN`] × the handoff latency have passed since it
+    /// [`spin_budget_ns`], and [`HANDOFF_TURN`] × the handoff latency have passed since it
     /// last saw another thread's claim (so that a holder served by a handoff keeps the lock
     /// for a turn many times longer than a handoff costs). Also returns whether it must stay
     /// awake (is queued): overdue, and it saw a claim within the last turn and spin budget, so
     /// the next handoff may well be its.
-    /// The third value is the thread's urgency: how many times [`HANDOFF_AFTER_NS`] it has
+    /// The third value is the thread's urgency: how many times [`spin_budget_ns`] it has
     /// waited, from 1 to `POLL_SHARE / HANDOFF_POLL_SHARE`, which divides its poll spacing:
     /// the longest waiters poll most often and usually make the next claim, while all the
     /// spinners together still poll at most once per `HANDOFF_POLL_SHARE` round trips.
@@ -455,12 +498,13 @@ impl Waiting {
             };
             let latency = HANDOFF_NS.0.load(std::sync::atomic::Ordering::Relaxed);
             let turn = std::time::Duration::from_nanos(turns * latency);
-            let overdue = now - self.since >= std::time::Duration::from_nanos(HANDOFF_AFTER_NS);
+            let budget = spin_budget_ns();
+            let overdue = now - self.since >= std::time::Duration::from_nanos(budget);
             let since_seen = now - self.seen;
-            let urgency = ((now - self.since).as_nanos() / u128::from(HANDOFF_AFTER_NS)).max(1);
+            let urgency = ((now - self.since).as_nanos() / u128::from(budget)).max(1);
             (
                 overdue && since_seen >= turn,
-                overdue && since_seen < turn + std::time::Duration::from_nanos(SPIN_BUDGET_NS),
+                overdue && since_seen < turn + std::time::Duration::from_nanos(budget),
                 urgency.min(u128::from(POLL_SHARE / HANDOFF_POLL_SHARE)) as u64,
             )
         }
@@ -483,14 +527,7 @@ impl Waiting {
         #[cfg(not(loom))]
         if let Some(t) = self.claimed {
             let sample = t.elapsed().as_nanos().min(u128::from(u32::MAX)) as u64;
-            let shared = &HANDOFF_NS.0;
-            let e = shared.load(std::sync::atomic::Ordering::Relaxed);
-            let e = match e {
-                0 => sample,
-                e if sample >= e => e + (sample - e).div_ceil(8),
-                e => e - (e - sample) / 8,
-            };
-            shared.store(e, std::sync::atomic::Ordering::Relaxed);
+            ewma(&HANDOFF_NS.0, sample);
         }
     }
 
@@ -529,7 +566,7 @@ impl Spin {
         let _ = ramp;
         Spin {
             #[cfg(not(loom))]
-            deadline: std::time::Instant::now() + std::time::Duration::from_nanos(SPIN_BUDGET_NS),
+            deadline: std::time::Instant::now() + std::time::Duration::from_nanos(spin_budget_ns()),
             #[cfg(not(loom))]
             yielded: false,
             #[cfg(not(loom))]
@@ -578,7 +615,7 @@ impl Spin {
     }
 
     /// Waits until the next poll of a word that read `state`, or returns false when the budget
-    /// is spent (never while `queued`: this thread has waited past [`HANDOFF_AFTER_NS`] while
+    /// is spent (never while `queued`: this thread has waited past [`spin_budget_ns`] while
     /// another holds the handoff claim, and must be awake to claim it next).
     fn pause(&mut self, state: u32, queued: bool, urgency: u64) -> bool {
         #[cfg(loom)]
@@ -818,7 +855,19 @@ impl SpindleLock {
             }
             #[cfg(all(test, loom))]
             MODEL_SLEEPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            #[cfg(not(loom))]
+            let slept = origin_ns();
             self.parking.wait32(&self.state, new, None);
+            // Time the wake-up if a wake was issued after this thread went to sleep (most
+            // likely the one that woke it; a return without sleeping, the word having changed,
+            // finds no such wake).
+            #[cfg(not(loom))]
+            {
+                let issued = WAKE_ISSUED.0.load(std::sync::atomic::Ordering::Relaxed);
+                if issued > slept {
+                    ewma(&WAKE_NS.0, origin_ns().saturating_sub(issued));
+                }
+            }
             // Woken, or the word changed, or a spurious return: in every case this thread may
             // be the one an unlocker's WOKEN refers to, so its next CAS clears WOKEN.
             woken = true;
@@ -872,6 +921,10 @@ impl SpindleLock {
                 .compare_exchange(state, state | WOKEN, Relaxed, Relaxed)
             {
                 Ok(_) => {
+                    #[cfg(not(loom))]
+                    WAKE_ISSUED
+                        .0
+                        .store(origin_ns(), std::sync::atomic::Ordering::Relaxed);
                     self.parking.wake32(&self.state, 1);
                     return;
                 }
