@@ -141,6 +141,61 @@ fn ticket_lock() {
     check::<TicketLock>(160_000);
 }
 
+/// Spindle's handoff (see "Fairness" in `lock/mutex.rs`): critical sections long enough, one
+/// in eight, that waiters pass a spin budget and claim the next acquisition, so that claims,
+/// reserved free locks, claimants giving their claim up to sleep and queued waiters all
+/// happen, mixed with `try_lock` (which must leave a reserved lock alone). Counts breaches
+/// and lost increments; a lost wake-up hangs the test.
+#[test]
+fn spindle_mutex_handoffs_under_long_holds() {
+    let g = Guarded {
+        lock: SpindleLock::INIT,
+        inside: AtomicBool::new(false),
+        count: UnsafeCell::new(0),
+    };
+    let breaches = AtomicU64::new(0);
+    let rounds = 2_000u64;
+    let (g, breaches) = (&g, &breaches);
+    std::thread::scope(|s| {
+        for t in 0..threads() {
+            s.spawn(move || {
+                for i in 0..rounds {
+                    if (i + t as u64) % 5 == 0 {
+                        while !g.lock.try_lock() {
+                            std::hint::spin_loop();
+                        }
+                    } else {
+                        g.lock.lock();
+                    }
+                    if g.inside.swap(true, Relaxed) {
+                        breaches.fetch_add(1, Relaxed);
+                    }
+                    // SAFETY: the lock is held (or the breach is counted and the test fails).
+                    unsafe { *g.count.get() += 1 };
+                    if (i + t as u64) % 8 == 0 {
+                        // Longer than a spin budget on any machine the lab has measured.
+                        let until =
+                            std::time::Instant::now() + std::time::Duration::from_micros(60);
+                        while std::time::Instant::now() < until {
+                            std::hint::spin_loop();
+                        }
+                    }
+                    if !g.inside.swap(false, Relaxed) {
+                        breaches.fetch_add(1, Relaxed);
+                    }
+                    // SAFETY: taken above.
+                    unsafe { g.lock.unlock() };
+                }
+            });
+        }
+    });
+    assert_eq!(breaches.load(Relaxed), 0, "mutual-exclusion breaches");
+    assert!(!g.lock.is_locked());
+    // SAFETY: every thread has been joined.
+    let count = unsafe { *g.count.get() };
+    assert_eq!(count, rounds * threads() as u64, "lost increments");
+}
+
 /// Sleepers must be woken: one thread holds the lock long enough for the others to reach the
 /// futex wait (they spin only briefly), then releases it. A lost wake-up hangs this test.
 #[test]
