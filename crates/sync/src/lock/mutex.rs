@@ -9,47 +9,49 @@
 //!   bit 1       WOKEN     an unlocker has issued (or is about to issue) a futex_wake; cleared
 //!                         by the next CAS of a woken thread or of any thread going to sleep
 //!   bit 2       HANDOFF   a waiter has claimed the next acquisition (see "Fairness"): a free
-//!                         lock is then that waiter's alone
-//!   bits 3..=10 SPINNERS  threads awake in `lock` polling the word, in units of 8 (at most 255)
-//!   bits 11..   SLEEPERS  threads registered as (possible) sleepers, in units of 2048
+//!                         lock is then reserved for that waiter
+//!   bits 3..=4  EPOCH     handoffs completed, modulo 4 (queued waiters watch it move)
+//!   bits 5..=12 SPINNERS  threads awake in `lock` polling the word, in units of 32 (at most 255)
+//!   bits 13..   SLEEPERS  threads registered as (possible) sleepers, in units of 8192 (at most
+//!                         2^19 - 1 threads asleep on one lock)
 //! ```
 //!
 //! Invariants: `SLEEPERS` counts exactly the threads that have registered in their current
 //! `lock` call and not yet acquired; `SPINNERS` counts exactly the threads that have joined the
 //! spinners and not yet left (each leaves with the CAS that takes the lock or registers it to
-//! sleep); `HANDOFF` is set only while its claimant is among the spinners (it is set by a
-//! spinner's CAS from a value with `LOCKED` set, and cleared only by the claimant's CAS that
-//! acquires or registers it to sleep); a thread sleeps only in `futex_wait(state, v)` where `v`
-//! has `LOCKED` set or `HANDOFF` claimed by another thread, `WOKEN` clear, and counts the
-//! thread among the sleepers.
+//! sleep); `HANDOFF` is set by a spinner's CAS from a value with `LOCKED` set (that spinner is
+//! the *claimant*) and cleared by a CAS that takes the lock (the claimant's, or another
+//! thread's that takes a reserved lock over) or by the claimant's CAS that registers it to
+//! sleep; a thread sleeps only in `futex_wait(state, v)` where `v` has `LOCKED` set and
+//! `WOKEN` clear and counts the thread among the sleepers.
 //!
 //! - `lock` fast path: `compare_exchange(0, LOCKED, Acquire)`.
-//! - `lock` slow path, one loop. If `LOCKED` is clear (and `HANDOFF` too, unless this thread
-//!   claimed it), take the lock with a CAS that sets `LOCKED` and in the same write leaves the
+//! - `lock` slow path, one loop. If `LOCKED` is clear — and `HANDOFF` too, unless this thread
+//!   is the claimant or has seen the lock free and reserved for a whole spin budget (see
+//!   "Fairness") — take the lock with a CAS that sets `LOCKED` and in the same write leaves the
 //!   spinners and the sleepers (if counted there), clears `WOKEN` (if this thread has returned
-//!   from a wait) and `HANDOFF` (if it was this thread's claim). Anyone may take a free,
+//!   from a wait) and `HANDOFF`, and, for the claimant, moves `EPOCH`. Anyone may take a free,
 //!   unclaimed lock — *barging*. While the word says `LOCKED` (or a claim reserves it): join
 //!   the spinners (one CAS, which also clears `WOKEN` for a woken thread), then poll for at
 //!   most one *spin budget* ([`spin_budget_ns`]: the process's measured futex wake-up
-//!   latency); a spinner that has waited one budget may claim the handoff (one CAS from a
-//!   value with `LOCKED` set and `HANDOFF` clear; see "Fairness").
-//!   Between two polls, `spinners ×`
+//!   latency), longer while queued for a handoff; a spinner may claim the handoff (one CAS
+//!   from a value with `LOCKED` set and `HANDOFF` clear). Between two polls, `spinners ×`
 //!   [`POLL_SHARE`] × (this thread's measured cost of a poll) pass: spent in `pause` when the
 //!   threads that want the lock (spinners, sleepers and the holder) fit on the CPUs, in
 //!   `sched_yield` when they do not (an oversubscribed CPU may be the one the holder needs).
-//!   Past the budget, register: one CAS from a value with `LOCKED` set (or, for a thread that
-//!   is not the claimant, `HANDOFF`) that leaves the spinners, adds `SLEEPER` (first time
-//!   only), clears `WOKEN` and gives up this thread's claim, then `futex_wait(state, new)` on
-//!   exactly the value that CAS wrote. A claimant never registers from a free lock: it takes
-//!   it. After any return from the wait the thread joins the spinners again with a fresh
-//!   budget.
+//!   Past the budget, register: one CAS from a value with `LOCKED` set that leaves the
+//!   spinners, adds `SLEEPER` (first time only), clears `WOKEN` and gives up this thread's
+//!   claim, then `futex_wait(state, new)` on exactly the value that CAS wrote. Nobody sleeps on
+//!   a free lock: a free, reserved one is polled until its claimant takes it or it may be
+//!   taken over. After any return from the wait the thread joins the spinners again with a
+//!   fresh budget.
 //! - `unlock`: `fetch_sub(LOCKED, Release)`. If the old value was exactly `LOCKED` (nobody
 //!   spinning or sleeping) that is all — one locked instruction. Otherwise, on the value it
 //!   left: wake only if there are sleepers, nobody re-took the lock meanwhile (its unlock will
 //!   do it), no wake is pending (`WOKEN` clear) and *nobody is spinning* (a spinner will take
 //!   the lock, and leaves the spinners — registering to sleep — only while some thread holds
-//!   it, whose unlock then wakes): CAS `WOKEN` in (re-reading on failure), then
-//!   `futex_wake(state, 1)`.
+//!   it, whose unlock then wakes) unless this thread owes a wake (see "Fairness"): CAS `WOKEN`
+//!   in (re-reading on failure), then `futex_wake(state, 1)`.
 //!
 //! # Why it is fast (the design)
 //!
@@ -99,22 +101,24 @@
 //!
 //! # Why no wake-up is lost
 //!
-//! Every CAS in the slow path except the acquiring one compares against a value with `LOCKED`
-//! or `HANDOFF` set, and `HANDOFF` is set only by a CAS from a value with `LOCKED` set. Suppose
-//! an execution ends with threads asleep forever in `lock` and no other thread left to run. Let
-//! `F` be the word's final value. Nobody holds the lock (a holder would run and unlock), so
-//! `LOCKED` is clear in `F`; nobody spins (a spinner is awake and within its budget acquires
-//! or registers to sleep; a queued one stays awake only while claims come and go), so
-//! `SPINNERS` is zero in `F`, and so is `HANDOFF` (its claimant is a spinner); the sleepers are
-//! counted in `F`.
+//! Assume a fair scheduler (every runnable thread eventually runs; under a real-time policy a
+//! spinning waiter can keep a claimant of lower priority off its CPU, as with any spinning
+//! lock). Every CAS in the slow path except the acquiring ones compares against a value with
+//! `LOCKED` set, or, for joining the spinners, `HANDOFF`; `HANDOFF` is set only from a value
+//! with `LOCKED` set; nobody sleeps on a free lock. Suppose an execution ends with threads
+//! asleep forever in `lock` and no other thread left to run. Let `F` be the word's final
+//! value. Nobody holds the lock (a holder would run and unlock), so `LOCKED` is clear in `F`;
+//! nobody spins (a spinner is awake, and within its budget — or, queued, once handoffs stop
+//! completing — acquires or registers to sleep; one facing a free, reserved lock takes it
+//! within a budget), so `SPINNERS` is zero in `F`; the sleepers are counted in `F`.
 //!
 //! 1. `WOKEN` clear in `F`. Let `U` be the last unlock (its `fetch_sub` cleared `LOCKED` for
-//!    the last time). `HANDOFF` is clear just after it: were it set, its claimant — awake, and
-//!    the one thread allowed to take the free lock — would take it, and a later unlock would
-//!    follow. Then no CAS but `U`'s own can succeed after `U`: the acquiring CAS would need a
-//!    later unlock, every other CAS needs `LOCKED` or `HANDOFF` set, and setting `HANDOFF`
-//!    needs `LOCKED`. So the value `U`'s `unlock_slow` read is `F` (or `F` without `WOKEN`):
-//!    sleepers counted, `LOCKED`, `WOKEN` and `SPINNERS` clear — so `U` set `WOKEN`,
+//!    the last time). After `U` no acquiring CAS succeeds (a later unlock would follow). So
+//!    no thread in `lock` after `U` faces a free lock without taking it — unless it is
+//!    reserved, and then some spinner takes it within a budget (the claimant, or a thread that
+//!    takes it over): so no thread is in the slow path after `U`, and no CAS but `U`'s own
+//!    succeeds after it. So the value `U`'s `unlock_slow` read is `F` (or `F` without
+//!    `WOKEN`): sleepers counted, `LOCKED`, `WOKEN` and `SPINNERS` clear — so `U` set `WOKEN`,
 //!    contradicting `F`. (An unlocker that owes a wake, see "Fairness", wakes on a weaker
 //!    condition; that only adds wakes.)
 //! 2. `WOKEN` set in `F`. Let `U` be the unlock whose CAS set it last, at time `t`; `U` calls
@@ -128,7 +132,10 @@
 //! A spurious or early return from `futex_wait` is harmless: the thread re-checks the word and
 //! behaves as woken. Clearing a `WOKEN` that was meant for another thread only permits an
 //! extra wake; it never prevents one. The loom models check this argument with the futex
-//! replaced by a compare-and-block model and the spin budget cut to one poll.
+//! replaced by a compare-and-block model and the spin budget cut to one poll; under loom every
+//! spinner claims at once and a reserved free lock is taken over at first sight, so the
+//! models explore claims, handoffs and claims lost (the turn and queueing rules, which decide
+//! only when to claim or sleep, have no clock under loom).
 //!
 //! # Orderings
 //!
@@ -152,30 +159,43 @@
 //! a handoff finished the lab's run 3 × faster than std's mutex while its four longest waits
 //! were 11 × std's. So barging is bounded by time:
 //!
-//! - A spinner that has waited one spin budget *claims the handoff*:
-//!   it sets `HANDOFF` in a word that says `LOCKED`. From then on a free lock is the
-//!   claimant's alone (the fast path's `CAS(0 → LOCKED)` fails on the bit, the slow path and
-//!   `try_lock` leave it); the claimant polls 2, 4, 8 … up to [`HANDOFF_POLL_SHARE`] round
-//!   trips apart and takes the lock at the first poll after the release, clearing the bit.
-//!   The claim is given up, with a fresh budget spent, only by going to sleep.
-//! - Between two claims the lock is barged as before for a *turn* of [`HANDOFF_TURN`] × the
-//!   handoff latency (claim to acquisition, a moving average measured by the claimants;
-//!   [`HANDOFF_TURN_OVERSUBSCRIBED`] × when the threads that want the lock outnumber the
-//!   CPUs): a spinner may claim only when a turn has passed since it last saw a claim. So
-//!   handoffs take a bounded share of the lock's time, and consecutive holders keep their
-//!   caches warm for a turn.
-//! - Waiters past one budget that saw a claim within the last turn and budget are
-//!   *queued*: they do not sleep, so that one of them is awake to make the next claim, and
-//!   they poll up to `POLL_SHARE / HANDOFF_POLL_SHARE` times more often the longer they have
-//!   waited, so that the longest waiter usually claims next.
+//! - A spinner that has waited one spin budget, and has seen no handoff complete for a turn
+//!   (below), *claims the handoff*: it sets `HANDOFF` in a word that says `LOCKED`. From then
+//!   on a free lock is reserved for the claimant (the fast path's `CAS(0 → LOCKED)` fails on
+//!   the bit, the slow path and `try_lock` leave it); the claimant polls 2, 4, 8 … up to
+//!   [`HANDOFF_POLL_SHARE`] round trips apart and takes the lock at the first poll after the
+//!   release, clearing the bit and moving `EPOCH`. It gives the claim up, with a fresh budget
+//!   spent, only by going to sleep.
+//! - A reservation lasts at most a spin budget: a spinner that has seen the lock free and
+//!   reserved, with the same `EPOCH`, for a whole budget takes it over (clearing the bit), so
+//!   a claimant off its CPU idles the lock for a budget at most, and a child forked while
+//!   another thread held a claim (it inherits the claim, not the thread) can still take its
+//!   lock. A claimant that finds the bit gone is an ordinary waiter again. (The bit can be
+//!   claimed anew by a third thread before the first claimant looks again, which then also
+//!   believes it holds the claim: either may take the free lock, and whoever does clears the
+//!   bit. Mutual exclusion is the `LOCKED` CAS's alone.)
+//! - Between two handoffs the lock is barged as before for about a *turn*: [`HANDOFF_TURN`] ×
+//!   the handoff latency (claim to acquisition, a moving average measured by the claimants;
+//!   [`HANDOFF_TURN_OVERSUBSCRIBED`] × when the threads that want the lock outnumber the CPUs;
+//!   never more than a spin budget): a spinner claims only when `EPOCH` has not moved for a
+//!   turn since it first saw that value. So handoffs take a bounded share of the lock's time
+//!   (a thread that has just started watching may see a fresh epoch late, so the turn is a
+//!   lower bound only approximately), and consecutive holders keep their caches warm.
+//! - Waiters past one budget that saw `EPOCH` move within the last turn and budget are
+//!   *queued*: handoffs are completing, so they stay awake for theirs instead of sleeping,
+//!   and poll up to `POLL_SHARE / HANDOFF_POLL_SHARE` times more often the longer they have
+//!   waited, so that the longest waiter usually claims next. When handoffs stop (one thread
+//!   holds the lock for long), they sleep a turn and a budget later.
 //! - A claimant that acquires while threads sleep owes a wake: its next slow unlock wakes one
-//!   sleeper even if threads spin (normally a spinner makes a wake unnecessary), so sleepers
-//!   join the queue instead of sleeping while spinners take every turn.
+//!   sleeper even if threads spin (the one exception to "no wake while someone spins"), so
+//!   sleepers join the queue instead of sleeping while spinners take every turn.
 //!
-//! The cost: the lock idles from each handed-off release to the claimant's next poll (longer
-//! when the claimant is off its CPU). No bound on a wait is promised; the lab's `locks`
-//! experiment measures the four longest waits and idle times beside std's, and the run time
-//! beside std's, parking_lot's and the futex mutex's, at T = cores and T = 4 × cores.
+//! The costs: the lock idles from each handed-off release to the claimant's next poll (longer,
+//! up to a budget, when the claimant is off its CPU); while a claim stands the claimant's polls
+//! cost the holder up to `1 / HANDOFF_POLL_SHARE` of its time, and urgent waiters' polls as
+//! much again. No bound on a wait is promised; the lab's `locks` experiment measures the four
+//! longest waits and idle times beside std's, and the run time beside std's, parking_lot's and
+//! the futex mutex's, at T = cores and T = 4 × cores.
 
 use crate::futex::Parking;
 use crate::primitives::{spin_loop, yield_now, AtomicU32, Ordering::*};
@@ -183,9 +203,11 @@ use crate::primitives::{spin_loop, yield_now, AtomicU32, Ordering::*};
 const LOCKED: u32 = 1;
 const WOKEN: u32 = 2;
 const HANDOFF: u32 = 4;
-const SPINNER: u32 = 8;
+const EPOCH_ONE: u32 = 8;
+const EPOCH: u32 = 3 * EPOCH_ONE;
+const SPINNER: u32 = 1 << 5;
 const SPINNERS: u32 = 0xff * SPINNER;
-const SLEEPER: u32 = 1 << 11;
+const SLEEPER: u32 = 1 << 13;
 
 /// How many times the loom models reached the futex wait (they assert that it happened).
 #[cfg(all(test, loom))]
@@ -261,11 +283,11 @@ fn ewma(word: &std::sync::atomic::AtomicU64, sample: u64) {
 /// critical section): after the release, the lock idles until the claimant's next poll.
 #[cfg_attr(loom, allow(dead_code))]
 const HANDOFF_POLL_SHARE: u64 = POLL_SHARE / 4;
-/// A thread served by a handoff keeps the lock (barging allowed) for at least this many times
-/// the measured handoff latency before the next claim: a handoff leaves the lock idle from the
+/// A thread served by a handoff keeps the lock (barging allowed) for about this many times the
+/// measured handoff latency before the next claim: a handoff leaves the lock idle from the
 /// release to the claimant's next poll, so handoffs cost about `1 / (1 + HANDOFF_TURN)` of the
 /// lock's time, and a thread waits about `(waiters - 1) × (1 + HANDOFF_TURN)` latencies past
-/// [`spin_budget_ns`] for its turn.
+/// one spin budget for its turn.
 #[cfg_attr(loom, allow(dead_code))]
 const HANDOFF_TURN: u64 = 4;
 /// The turn when the threads that want the lock outnumber the CPUs: then a claimant may be
@@ -441,14 +463,22 @@ fn owe_wake(owe: bool) -> bool {
 }
 
 /// A waiter's clock for the handoff (see "Fairness"; under loom there is no clock: every
-/// spinner may claim at once, so that the models explore the handoff).
+/// spinner may claim at once, and a reserved free lock may be taken over at once, so that the
+/// models explore claims, handoffs and claims lost).
 struct Waiting {
     /// When this thread first found the lock held in this `lock` call.
     #[cfg(not(loom))]
     since: std::time::Instant,
-    /// When this thread last saw another thread's handoff claim (initially `since`).
+    /// The handoff epoch this thread last saw, and when it first saw it.
     #[cfg(not(loom))]
-    seen: std::time::Instant,
+    epoch: Option<(u32, std::time::Instant)>,
+    /// When this thread last saw the epoch move (a handoff completed).
+    #[cfg(not(loom))]
+    progress: Option<std::time::Instant>,
+    /// The epoch with which this thread first saw the lock free but reserved for another
+    /// thread's claim, and when.
+    #[cfg(not(loom))]
+    reserved: Option<(u32, std::time::Instant)>,
     /// When this thread claimed the handoff, if it holds the claim.
     #[cfg(not(loom))]
     claimed: Option<std::time::Instant>,
@@ -459,36 +489,52 @@ struct Waiting {
 #[cfg(not(loom))]
 static HANDOFF_NS: SharedCost = SharedCost(std::sync::atomic::AtomicU64::new(0));
 
+/// What [`Waiting::look`] decided from one poll.
+struct Look {
+    /// This thread may claim the handoff.
+    claim: bool,
+    /// This thread must stay awake: handoffs are completing, the next may be its.
+    queued: bool,
+    /// Divides this thread's poll spacing: 1 to `POLL_SHARE / HANDOFF_POLL_SHARE`.
+    urgency: u64,
+}
+
 impl Waiting {
     fn start() -> Waiting {
-        #[cfg(not(loom))]
-        let now = std::time::Instant::now();
         Waiting {
             #[cfg(not(loom))]
-            since: now,
+            since: std::time::Instant::now(),
             #[cfg(not(loom))]
-            seen: now,
+            epoch: None,
+            #[cfg(not(loom))]
+            progress: None,
+            #[cfg(not(loom))]
+            reserved: None,
             #[cfg(not(loom))]
             claimed: None,
         }
     }
 
-    /// Whether this thread may claim the handoff now, having polled `state`: it has waited
-    /// [`spin_budget_ns`], and [`HANDOFF_TURN`] × the handoff latency have passed since it
-    /// last saw another thread's claim (so that a holder served by a handoff keeps the lock
-    /// for a turn many times longer than a handoff costs). Also returns whether it must stay
-    /// awake (is queued): overdue, and it saw a claim within the last turn and spin budget, so
-    /// the next handoff may well be its.
-    /// The third value is the thread's urgency: how many times [`spin_budget_ns`] it has
-    /// waited, from 1 to `POLL_SHARE / HANDOFF_POLL_SHARE`, which divides its poll spacing:
-    /// the longest waiters poll most often and usually make the next claim, while all the
-    /// spinners together still poll at most once per `HANDOFF_POLL_SHARE` round trips.
-    fn may_claim(&mut self, state: u32) -> (bool, bool, u64) {
+    /// Decides from a poll that read `state` (see "Fairness"):
+    /// - *claim*: the thread has waited a spin budget and the handoff epoch has not moved for
+    ///   a turn ([`HANDOFF_TURN`] × the handoff latency) since this thread first saw it, so a
+    ///   holder served by a handoff keeps the lock for at least about a turn;
+    /// - *queued*: the thread has waited a spin budget and saw the epoch move within the last
+    ///   turn and budget — handoffs are completing, so it stays awake for its own;
+    /// - *urgency*: how many spin budgets it has waited, which divides its poll spacing, so
+    ///   that the longest waiters poll most often and usually make the next claim.
+    fn look(&mut self, state: u32) -> Look {
         #[cfg(not(loom))]
         {
             let now = std::time::Instant::now();
-            if state & HANDOFF != 0 && self.claimed.is_none() {
-                self.seen = now;
+            let epoch = state & EPOCH;
+            match self.epoch {
+                Some((e, _)) if e == epoch => {}
+                Some(_) => {
+                    self.progress = Some(now);
+                    self.epoch = Some((epoch, now));
+                }
+                None => self.epoch = Some((epoch, now)),
             }
             let oversubscribed = (state & SPINNERS) / SPINNER + state / SLEEPER + 1 > cpus();
             let turns = if oversubscribed {
@@ -496,22 +542,57 @@ impl Waiting {
             } else {
                 HANDOFF_TURN
             };
+            let budget = std::time::Duration::from_nanos(spin_budget_ns());
             let latency = HANDOFF_NS.0.load(std::sync::atomic::Ordering::Relaxed);
-            let turn = std::time::Duration::from_nanos(turns * latency);
-            let budget = spin_budget_ns();
-            let overdue = now - self.since >= std::time::Duration::from_nanos(budget);
-            let since_seen = now - self.seen;
-            let urgency = ((now - self.since).as_nanos() / u128::from(budget)).max(1);
-            (
-                overdue && since_seen >= turn,
-                overdue && since_seen < turn + std::time::Duration::from_nanos(budget),
-                urgency.min(u128::from(POLL_SHARE / HANDOFF_POLL_SHARE)) as u64,
-            )
+            // A turn never exceeds a spin budget: one slow handoff must not keep the others
+            // from claiming for long.
+            let turn = std::time::Duration::from_nanos(turns * latency).min(budget);
+            let waited = now - self.since;
+            let overdue = waited >= budget;
+            let unmoved = self
+                .epoch
+                .map_or(std::time::Duration::ZERO, |(_, t)| now - t);
+            let urgency = (waited.as_nanos() / budget.as_nanos().max(1)).max(1);
+            Look {
+                claim: overdue && unmoved >= turn,
+                queued: overdue && self.progress.is_some_and(|p| now - p < turn + budget),
+                urgency: urgency.min(u128::from(POLL_SHARE / HANDOFF_POLL_SHARE)) as u64,
+            }
         }
         #[cfg(loom)]
         {
             let _ = state;
-            (true, true, 1)
+            Look {
+                claim: true,
+                queued: false,
+                urgency: 1,
+            }
+        }
+    }
+
+    /// Whether this thread, which does not hold the claim, may take over a lock that `state`
+    /// shows free but reserved: it has seen it so, with the same epoch (no handoff since), for
+    /// a spin budget. The claimant polls at most [`HANDOFF_POLL_SHARE`] round trips apart, so
+    /// it has then been off its CPU for that long — or no longer exists (a child process forked
+    /// while another thread held a claim inherits the claim but not the thread).
+    fn may_take_over(&mut self, state: u32) -> bool {
+        #[cfg(not(loom))]
+        {
+            let now = std::time::Instant::now();
+            match self.reserved {
+                Some((e, t)) if e == state & EPOCH => {
+                    now - t >= std::time::Duration::from_nanos(spin_budget_ns())
+                }
+                _ => {
+                    self.reserved = Some((state & EPOCH, now));
+                    false
+                }
+            }
+        }
+        #[cfg(loom)]
+        {
+            let _ = state;
+            true
         }
     }
 
@@ -531,7 +612,7 @@ impl Waiting {
         }
     }
 
-    /// The claimant gave its claim up (to sleep).
+    /// The claim is gone: given up to sleep, or taken over.
     fn unclaim(&mut self) {
         #[cfg(not(loom))]
         {
@@ -585,6 +666,14 @@ impl Spin {
         {
             *self = Spin::start(true);
             self.claimant = true;
+        }
+    }
+
+    /// The claim was taken over: the usual poll spacing again.
+    fn unclaim(&mut self) {
+        #[cfg(not(loom))]
+        {
+            self.claimant = false;
         }
     }
 
@@ -741,8 +830,26 @@ impl SpindleLock {
         let mut waiting: Option<Waiting> = None;
         let mut state = self.state.load(Relaxed);
         loop {
-            // A free lock is anyone's, unless it is reserved for the claimant of the handoff.
-            if state & LOCKED == 0 && (state & HANDOFF == 0 || claimant) {
+            // The word no longer carries a claim while this thread thinks it holds one: another
+            // thread took the lock over (see `may_take_over`). An ordinary waiter again.
+            if claimant && state & HANDOFF == 0 {
+                claimant = false;
+                if let Some(w) = waiting.as_mut() {
+                    w.unclaim();
+                }
+                if let Some(s) = spin.as_mut() {
+                    s.unclaim();
+                }
+            }
+            let (free, reserved) = (state & LOCKED == 0, state & HANDOFF != 0);
+            // A free lock is anyone's, unless it is reserved for the claimant of the handoff;
+            // a reserved one is taken over after a spin budget (the claimant is off its CPU,
+            // or gone).
+            if free
+                && (!reserved
+                    || claimant
+                    || waiting.as_mut().is_some_and(|w| w.may_take_over(state)))
+            {
                 let mut new = state | LOCKED;
                 if registered {
                     new -= SLEEPER;
@@ -753,8 +860,12 @@ impl SpindleLock {
                 if woken {
                     new &= !WOKEN;
                 }
-                if claimant {
+                if reserved {
                     new &= !HANDOFF;
+                }
+                if claimant {
+                    // A handoff completed: the epoch moves (queued waiters watch it).
+                    new = (new & !EPOCH) | ((new & EPOCH).wrapping_add(EPOCH_ONE) & EPOCH);
                 }
                 match self.state.compare_exchange(state, new, Acquire, Relaxed) {
                     Ok(_) => {
@@ -800,10 +911,10 @@ impl SpindleLock {
             }
             if let Some(spin) = spin.as_mut().filter(|_| spinning) {
                 let waiting = waiting.as_mut().expect("started with the spin");
-                let (may_claim, queued, urgency) = waiting.may_claim(state);
+                let look = waiting.look(state);
                 // Claim the handoff: the lock is held (a free, unreserved one was taken above)
                 // and nobody claims it.
-                if may_claim && !claimant && state & HANDOFF == 0 {
+                if look.claim && !claimant && state & HANDOFF == 0 {
                     debug_assert!(state & LOCKED != 0);
                     let new = state | HANDOFF;
                     match self.state.compare_exchange(state, new, Relaxed, Relaxed) {
@@ -819,16 +930,25 @@ impl SpindleLock {
                         }
                     }
                 }
-                let queued = queued && !claimant;
-                if spin.pause(state, queued, urgency) {
+                // Never asleep on a free, reserved lock: it is taken within a budget.
+                let queued = !claimant && (look.queued || state & LOCKED == 0);
+                if spin.pause(state, queued, look.urgency) {
                     state = spin.poll(&self.state);
                     continue;
                 }
             }
+            if state & LOCKED == 0 {
+                // Free but reserved for another thread's claim (a saturated spinner count, or
+                // a failed CAS, brings a thread here): poll until the claimant takes it or this
+                // thread may take it over, rather than sleep on a value no unlock will change.
+                debug_assert!(state & HANDOFF != 0 && !claimant);
+                yield_now();
+                state = self.state.load(Relaxed);
+                continue;
+            }
             // Leave the spinners, register (once), clear WOKEN and give up the handoff claim in
-            // one CAS, then sleep on what it wrote: a sleep value never carries WOKEN (see "Why
-            // no wake-up is lost"). The word says LOCKED here, or HANDOFF claimed by another
-            // thread (a claimant takes a free lock above, so it never sleeps on a free one).
+            // one CAS, then sleep on what it wrote: a sleep value says LOCKED and never carries
+            // WOKEN (see "Why no wake-up is lost").
             let mut new = state & !WOKEN;
             if spinning {
                 new -= SPINNER;
@@ -864,8 +984,11 @@ impl SpindleLock {
             #[cfg(not(loom))]
             {
                 let issued = WAKE_ISSUED.0.load(std::sync::atomic::Ordering::Relaxed);
-                if issued > slept {
-                    ewma(&WAKE_NS.0, origin_ns().saturating_sub(issued));
+                let sample = origin_ns().saturating_sub(issued);
+                // A sample under the lower bound is a return without a real sleep that found
+                // some other lock's wake.
+                if issued > slept && sample >= *SPIN_BUDGET_NS.start() {
+                    ewma(&WAKE_NS.0, sample);
                 }
             }
             // Woken, or the word changed, or a spurious return: in every case this thread may
@@ -877,7 +1000,9 @@ impl SpindleLock {
     }
 
     /// Acquires the lock if it is free (even if threads sleep on it: barging), unless it is
-    /// reserved for a thread that claimed the handoff.
+    /// reserved for a thread that claimed the handoff: then it fails although no thread holds
+    /// the lock (and [`is_locked`](Self::is_locked) says false), as parking_lot's does during
+    /// a fair unlock's handoff.
     #[inline]
     pub fn try_lock(&self) -> bool {
         let mut state = self.state.load(Relaxed);
