@@ -113,14 +113,16 @@
 //! within a budget), so `SPINNERS` is zero in `F`; the sleepers are counted in `F`.
 //!
 //! 1. `WOKEN` clear in `F`. Let `U` be the last unlock (its `fetch_sub` cleared `LOCKED` for
-//!    the last time). After `U` no acquiring CAS succeeds (a later unlock would follow). So
-//!    no thread in `lock` after `U` faces a free lock without taking it — unless it is
-//!    reserved, and then some spinner takes it within a budget (the claimant, or a thread that
-//!    takes it over): so no thread is in the slow path after `U`, and no CAS but `U`'s own
-//!    succeeds after it. So the value `U`'s `unlock_slow` read is `F` (or `F` without
-//!    `WOKEN`): sleepers counted, `LOCKED`, `WOKEN` and `SPINNERS` clear — so `U` set `WOKEN`,
-//!    contradicting `F`. (An unlocker that owes a wake, see "Fairness", wakes on a weaker
-//!    condition; that only adds wakes.)
+//!    the last time). After `U` no acquiring CAS succeeds (a later unlock would follow). Were
+//!    `HANDOFF` set just after `U`, the thread that set it last would be awake in `lock` (a
+//!    thread that sets the bit believes it holds the claim until it sees the bit cleared or
+//!    clears it going to sleep, which it does only from a value with `LOCKED` set), and it —
+//!    or a thread taking the reservation over within a budget — would take the free lock. So
+//!    `HANDOFF` is clear after `U`, every CAS but an acquiring one then needs `LOCKED` set,
+//!    and no CAS but `U`'s own succeeds after `U`. So the value `U`'s `unlock_slow` read is
+//!    `F` (or `F` without `WOKEN`): sleepers counted, `LOCKED`, `WOKEN` and `SPINNERS` clear —
+//!    so `U` set `WOKEN`, contradicting `F`. (An unlocker that owes a wake, see "Fairness",
+//!    wakes on a weaker condition; that only adds wakes.)
 //! 2. `WOKEN` set in `F`. Let `U` be the unlock whose CAS set it last, at time `t`; `U` calls
 //!    `futex_wake` after `t`, and no CAS clears `WOKEN` after `t`. A sleeper's last wait
 //!    compared the word with a value whose `WOKEN` is clear; after `t` the word always carries
@@ -136,6 +138,17 @@
 //! spinner claims at once and a reserved free lock is taken over at first sight, so the
 //! models explore claims, handoffs and claims lost (the turn and queueing rules, which decide
 //! only when to claim or sleep, have no clock under loom).
+//!
+//! # Fork
+//!
+//! A child forked while other threads were in `lock` inherits their counts (spinners,
+//! sleepers, a claim) but not the threads. A claim is taken over within a spin budget, and
+//! phantom sleepers only cost wakes that find nobody; phantom *spinners* keep every unlock
+//! from waking a sleeper (a spinner is expected to take the lock), so in a child that uses
+//! such a lock from several threads, a thread that goes to sleep can sleep for ever. (std's
+//! three-state mutex has no such count.) In such a child, use the lock from one thread only,
+//! or replace it with a new one; POSIX allows a multi-threaded process's child only
+//! async-signal-safe calls until it execs anyway.
 //!
 //! # Orderings
 //!
@@ -164,16 +177,18 @@
 //!   on a free lock is reserved for the claimant (the fast path's `CAS(0 → LOCKED)` fails on
 //!   the bit, the slow path and `try_lock` leave it); the claimant polls 2, 4, 8 … up to
 //!   [`HANDOFF_POLL_SHARE`] round trips apart and takes the lock at the first poll after the
-//!   release, clearing the bit and moving `EPOCH`. It gives the claim up, with a fresh budget
-//!   spent, only by going to sleep.
+//!   release, clearing the bit and moving `EPOCH`. It gives the claim up when it goes to sleep,
+//!   with a fresh budget spent, and loses it to a take-over (below).
 //! - A reservation lasts at most a spin budget: a spinner that has seen the lock free and
 //!   reserved, with the same `EPOCH`, for a whole budget takes it over (clearing the bit), so
 //!   a claimant off its CPU idles the lock for a budget at most, and a child forked while
 //!   another thread held a claim (it inherits the claim, not the thread) can still take its
-//!   lock. A claimant that finds the bit gone is an ordinary waiter again. (The bit can be
-//!   claimed anew by a third thread before the first claimant looks again, which then also
-//!   believes it holds the claim: either may take the free lock, and whoever does clears the
-//!   bit. Mutual exclusion is the `LOCKED` CAS's alone.)
+//!   lock (a multi-threaded child can still hang: see "Fork" below). A claimant that finds the
+//!   bit gone is an ordinary waiter again. (The bit can be claimed anew by a third thread
+//!   before the first claimant looks again, which then also believes it holds the claim:
+//!   either may take the free lock, whoever does clears the bit, and the stale one's sleep
+//!   clears it too; the other then finds it gone. That costs fairness, never exclusion, which
+//!   is the `LOCKED` CAS's alone.) `try_lock` never takes a reservation over.
 //! - Between two handoffs the lock is barged as before for about a *turn*: [`HANDOFF_TURN`] ×
 //!   the handoff latency (claim to acquisition, a moving average measured by the claimants;
 //!   [`HANDOFF_TURN_OVERSUBSCRIBED`] × when the threads that want the lock outnumber the CPUs;
@@ -596,6 +611,15 @@ impl Waiting {
         }
     }
 
+    /// The word was seen held or unreserved: a reservation seen later is a new one, and is
+    /// timed afresh.
+    fn not_reserved(&mut self) {
+        #[cfg(not(loom))]
+        {
+            self.reserved = None;
+        }
+    }
+
     fn claim(&mut self) {
         #[cfg(not(loom))]
         {
@@ -704,8 +728,8 @@ impl Spin {
     }
 
     /// Waits until the next poll of a word that read `state`, or returns false when the budget
-    /// is spent (never while `queued`: this thread has waited past [`spin_budget_ns`] while
-    /// another holds the handoff claim, and must be awake to claim it next).
+    /// is spent (never while `queued`: handoffs are completing and the next may be this
+    /// thread's, or the lock is free and reserved for a claim, which is taken within a budget).
     fn pause(&mut self, state: u32, queued: bool, urgency: u64) -> bool {
         #[cfg(loom)]
         {
@@ -842,6 +866,11 @@ impl SpindleLock {
                 }
             }
             let (free, reserved) = (state & LOCKED == 0, state & HANDOFF != 0);
+            if !(free && reserved) {
+                if let Some(w) = waiting.as_mut() {
+                    w.not_reserved();
+                }
+            }
             // A free lock is anyone's, unless it is reserved for the claimant of the handoff;
             // a reserved one is taken over after a spin budget (the claimant is off its CPU,
             // or gone).
@@ -938,9 +967,10 @@ impl SpindleLock {
                 }
             }
             if state & LOCKED == 0 {
-                // Free but reserved for another thread's claim (a saturated spinner count, or
-                // a failed CAS, brings a thread here): poll until the claimant takes it or this
-                // thread may take it over, rather than sleep on a value no unlock will change.
+                // Free but reserved for another thread's claim (only a thread that could not
+                // join the spinners, 255 spinning already, gets here so): poll until the
+                // claimant takes it or this thread may take it over, rather than sleep on a
+                // value no unlock will change.
                 debug_assert!(state & HANDOFF != 0 && !claimant);
                 yield_now();
                 state = self.state.load(Relaxed);
