@@ -33,8 +33,7 @@
 //!   from a wait) and `HANDOFF`, and, for the claimant, moves `EPOCH`. Anyone may take a free,
 //!   unclaimed lock — *barging*. While the word says `LOCKED` (or a claim reserves it): join
 //!   the spinners (one CAS, which also clears `WOKEN` for a woken thread), then poll for at
-//!   most one *spin budget* ([`spin_budget_ns`]: the process's measured futex wake-up
-//!   latency), longer while queued for a handoff; a spinner may claim the handoff (one CAS
+//!   most one *spin budget* ([`SPIN_BUDGET_NS`]), longer while queued for a handoff; a spinner may claim the handoff (one CAS
 //!   from a value with `LOCKED` set and `HANDOFF` clear). Between two polls, `spinners ×`
 //!   [`POLL_SHARE`] × (this thread's measured cost of a poll) pass: spent in `pause` when the
 //!   threads that want the lock (spinners, sleepers and the holder) fit on the CPUs, in
@@ -87,9 +86,9 @@
 //!   holder.
 //! - **No wake while someone spins** (Go's `sync.Mutex` rule), and at most one wake in flight
 //!   (`WOKEN`): unlocks make no system call while an awake thread is about to take the lock.
-//! - **Sleep after one spin budget**, the futex wake-up latency the mutex measures on its own
-//!   wakes ([`SPIN_BUDGET_DEFAULT_NS`] until it has timed one): a thread that polls longer has spent more than the
-//!   wake-up that polling would have saved it.
+//! - **Sleep after one spin budget** ([`SPIN_BUDGET_NS`]), about one futex sleep-and-wake
+//!   round trip: a thread that polls longer has spent more than the wake-up that polling
+//!   would have saved it.
 //!
 //! `WOKEN` is what avoids the wake storm of the three-state mutex (std's): while a woken
 //! thread is on its way, unlocks make no system call. It is cleared by the woken thread's next
@@ -242,43 +241,18 @@ pub(super) static MODEL_HANDOFFS: std::sync::atomic::AtomicUsize =
 /// not assumed: each thread times its own polls ([`PollCost`]).
 #[cfg_attr(loom, allow(dead_code))]
 const POLL_SHARE: u64 = 32;
-/// The spin budget before the process has timed a wake-up (see [`spin_budget_ns`]): about
-/// the raw futex wake latency of the VMs the lab has measured (`docs/results.md`).
+/// How long a thread polls before it sleeps, and how long it waits before it may claim the
+/// handoff (see "Fairness"): about the raw futex wake-up latency of the machines the lab has
+/// measured (`docs/results.md`), past which waiting asleep costs the waiter no more than
+/// polling would. A constant: a budget set to the latency the mutex measured on its own wakes
+/// was tried and drifted down to a few microseconds on a guest whose idle vCPUs poll before
+/// they halt, which multiplied the handoffs two threads make.
 #[cfg_attr(loom, allow(dead_code))]
-const SPIN_BUDGET_DEFAULT_NS: u64 = 20_000;
-/// Bounds on the measured spin budget: a wake-up timed faster than this is a sample the
-/// clocks got wrong (no futex round trip takes less), one slower says more about the scheduler
-/// than about the futex.
-#[cfg_attr(loom, allow(dead_code))]
-const SPIN_BUDGET_NS: std::ops::RangeInclusive<u64> = 2_000..=200_000;
+const SPIN_BUDGET_NS: u64 = 20_000;
 
-/// How long a thread polls before it sleeps, and how long it waits before it claims the
-/// handoff (see "Fairness"): the process's futex wake-up latency, measured by the mutex itself
-/// (the time from an unlocker's `futex_wake` to the woken thread's return from its wait, a
-/// moving average over every lock in the process). Past it, waiting asleep costs the waiter
-/// no more than polling would (a wake-up is what it would have saved), and a thread that has
-/// waited that long without catching the lock is served next rather than sent to sleep.
 #[cfg(not(loom))]
 fn spin_budget_ns() -> u64 {
-    match WAKE_NS.0.load(std::sync::atomic::Ordering::Relaxed) {
-        0 => SPIN_BUDGET_DEFAULT_NS,
-        ns => ns.clamp(*SPIN_BUDGET_NS.start(), *SPIN_BUDGET_NS.end()),
-    }
-}
-
-/// The futex wake-up latency in nanoseconds (a moving average, an eighth per sample; 0 before
-/// the first), and when the last wake was issued (nanoseconds since [`origin_ns`]'s origin).
-#[cfg(not(loom))]
-static WAKE_NS: SharedCost = SharedCost(std::sync::atomic::AtomicU64::new(0));
-#[cfg(not(loom))]
-static WAKE_ISSUED: SharedCost = SharedCost(std::sync::atomic::AtomicU64::new(0));
-
-/// Nanoseconds since the first call (a monotonic clock that fits an atomic word).
-#[cfg(not(loom))]
-fn origin_ns() -> u64 {
-    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    let origin = *ORIGIN.get_or_init(std::time::Instant::now);
-    origin.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64
+    SPIN_BUDGET_NS
 }
 
 /// Folds a sample into a moving average (an eighth of the gap per sample; the first is taken
@@ -1005,22 +979,7 @@ impl SpindleLock {
             }
             #[cfg(all(test, loom))]
             MODEL_SLEEPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            #[cfg(not(loom))]
-            let slept = origin_ns();
             self.parking.wait32(&self.state, new, None);
-            // Time the wake-up if a wake was issued after this thread went to sleep (most
-            // likely the one that woke it; a return without sleeping, the word having changed,
-            // finds no such wake).
-            #[cfg(not(loom))]
-            {
-                let issued = WAKE_ISSUED.0.load(std::sync::atomic::Ordering::Relaxed);
-                let sample = origin_ns().saturating_sub(issued);
-                // A sample under the lower bound is a return without a real sleep that found
-                // some other lock's wake.
-                if issued > slept && sample >= *SPIN_BUDGET_NS.start() {
-                    ewma(&WAKE_NS.0, sample);
-                }
-            }
             // Woken, or the word changed, or a spurious return: in every case this thread may
             // be the one an unlocker's WOKEN refers to, so its next CAS clears WOKEN.
             woken = true;
@@ -1076,10 +1035,6 @@ impl SpindleLock {
                 .compare_exchange(state, state | WOKEN, Relaxed, Relaxed)
             {
                 Ok(_) => {
-                    #[cfg(not(loom))]
-                    WAKE_ISSUED
-                        .0
-                        .store(origin_ns(), std::sync::atomic::Ordering::Relaxed);
                     self.parking.wake32(&self.state, 1);
                     return;
                 }
