@@ -244,9 +244,10 @@ const POLL_SHARE: u64 = 32;
 /// How long a thread polls before it sleeps, and how long it waits before it may claim the
 /// handoff (see "Fairness"): about the raw futex wake-up latency of the machines the lab has
 /// measured (`docs/results.md`), past which waiting asleep costs the waiter no more than
-/// polling would. A constant: a budget set to the latency the mutex measured on its own wakes
-/// was tried and drifted down to a few microseconds on a guest whose idle vCPUs poll before
-/// they halt, which multiplied the handoffs two threads make.
+/// polling would. A constant for now: a budget set to the latency the mutex measured on its
+/// own wakes was tried, and in a full lab run on a 2-vCPU guest the Mutex's run time against
+/// parking_lot's at T = cores drifted upwards as the run went on (more handoffs between two
+/// threads, presumably from a budget that had shrunk; the learned value was not logged).
 #[cfg_attr(loom, allow(dead_code))]
 const SPIN_BUDGET_NS: u64 = 20_000;
 
