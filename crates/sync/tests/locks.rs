@@ -173,7 +173,7 @@ fn spindle_mutex_handoffs_under_long_holds() {
                     // SAFETY: the lock is held (or the breach is counted and the test fails).
                     unsafe { *g.count.get() += 1 };
                     if (i + t as u64) % 8 == 0 {
-                        // Longer than the longest spin budget the mutex allows (200 µs).
+                        // Several times the mutex's spin budget (`SPIN_BUDGET_NS`).
                         let until =
                             std::time::Instant::now() + std::time::Duration::from_micros(250);
                         while std::time::Instant::now() < until {

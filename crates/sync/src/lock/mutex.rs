@@ -33,8 +33,9 @@
 //!   from a wait) and `HANDOFF`, and, for the claimant, moves `EPOCH`. Anyone may take a free,
 //!   unclaimed lock — *barging*. While the word says `LOCKED` (or a claim reserves it): join
 //!   the spinners (one CAS, which also clears `WOKEN` for a woken thread), then poll for at
-//!   most one *spin budget* ([`SPIN_BUDGET_NS`]), longer while queued for a handoff; a spinner may claim the handoff (one CAS
-//!   from a value with `LOCKED` set and `HANDOFF` clear). Between two polls, `spinners ×`
+//!   most one *spin budget* ([`SPIN_BUDGET_NS`]), longer while queued for a handoff; a
+//!   spinner may claim the handoff (one CAS from a value with `LOCKED` set and `HANDOFF`
+//!   clear). Between two polls, `spinners ×`
 //!   [`POLL_SHARE`] × (this thread's measured cost of a poll) pass: spent in `pause` when the
 //!   threads that want the lock (spinners, sleepers and the holder) fit on the CPUs, in
 //!   `sched_yield` when they do not (an oversubscribed CPU may be the one the holder needs).
@@ -167,9 +168,10 @@
 //!
 //! Barging is what makes a contended lock fast (the thread that just released it, whose
 //! caches hold the data, takes it again without a context switch), and what lets one thread's
-//! wait grow without bound: with 16 threads on 16 CPUs hammering one lock, version 2 without
-//! a handoff finished the lab's run 3 × faster than std's mutex while its four longest waits
-//! were 11 × std's. So barging is bounded by time:
+//! wait grow without bound: with as many threads as CPUs hammering one lock on a 16-core
+//! machine, version 2 without a handoff finished the lab's runs well ahead of std's mutex
+//! while its four longest waits were many times std's (`docs/results.md`, the 16-core
+//! machine's column, measured before the handoff). So barging is bounded by time:
 //!
 //! - A spinner that has waited one spin budget, and has seen no handoff complete for a turn
 //!   (below), *claims the handoff*: it sets `HANDOFF` in a word that says `LOCKED`. From then
@@ -251,23 +253,6 @@ const POLL_SHARE: u64 = 32;
 #[cfg_attr(loom, allow(dead_code))]
 const SPIN_BUDGET_NS: u64 = 20_000;
 
-#[cfg(not(loom))]
-fn spin_budget_ns() -> u64 {
-    SPIN_BUDGET_NS
-}
-
-/// Folds a sample into a moving average (an eighth of the gap per sample; the first is taken
-/// whole). Racy read-modify-write on purpose: a lost sample only slows the learning.
-#[cfg(not(loom))]
-fn ewma(word: &std::sync::atomic::AtomicU64, sample: u64) {
-    let e = word.load(std::sync::atomic::Ordering::Relaxed);
-    let e = match e {
-        0 => sample,
-        e if sample >= e => e + (sample - e).div_ceil(8),
-        e => e - (e - sample) / 8,
-    };
-    word.store(e.max(1), std::sync::atomic::Ordering::Relaxed);
-}
 /// The claimant of the handoff polls at most this many round trips apart (its polls cost the
 /// holder about `1 / HANDOFF_POLL_SHARE` of its time while the claim stands, usually one
 /// critical section): after the release, the lock idles until the claimant's next poll.
@@ -313,6 +298,18 @@ fn cpus() -> u32 {
 /// only when its estimate has moved by more than a quarter since it last published).
 #[cfg(not(loom))]
 struct PollCost;
+
+/// One step of the moving averages here: `e` moved by an eighth of the gap to `sample`
+/// (rounded up, so it can climb from small values), or `sample` itself when there is no
+/// estimate yet (`e == 0`).
+#[cfg(not(loom))]
+fn average(e: u64, sample: u64) -> u64 {
+    match e {
+        0 => sample,
+        e if sample >= e => e + (sample - e).div_ceil(8),
+        e => e - (e - sample) / 8,
+    }
+}
 
 /// The process's last published poll cost, on a cache line of its own.
 #[cfg(not(loom))]
@@ -378,11 +375,7 @@ impl PollCost {
                 0 => PollCost::shared().load(std::sync::atomic::Ordering::Relaxed),
                 e => e,
             };
-            let e = match e {
-                0 => sample,
-                e if sample >= e => e + (sample - e).div_ceil(8),
-                e => e - (e - sample) / 8,
-            };
+            let e = average(e, sample);
             // Publish for new threads when it moved by more than a quarter since this thread
             // last did: a write to a shared line, rare once the estimate has settled.
             if e.abs_diff(published) > published / 4 {
@@ -532,7 +525,7 @@ impl Waiting {
             } else {
                 HANDOFF_TURN
             };
-            let budget = std::time::Duration::from_nanos(spin_budget_ns());
+            let budget = std::time::Duration::from_nanos(SPIN_BUDGET_NS);
             let latency = HANDOFF_NS.0.load(std::sync::atomic::Ordering::Relaxed);
             // A turn never exceeds a spin budget: one slow handoff must not keep the others
             // from claiming for long.
@@ -571,7 +564,7 @@ impl Waiting {
             let now = std::time::Instant::now();
             match self.reserved {
                 Some((e, t)) if e == state & EPOCH => {
-                    now - t >= std::time::Duration::from_nanos(spin_budget_ns())
+                    now - t >= std::time::Duration::from_nanos(SPIN_BUDGET_NS)
                 }
                 _ => {
                     self.reserved = Some((state & EPOCH, now));
@@ -607,7 +600,12 @@ impl Waiting {
         #[cfg(not(loom))]
         if let Some(t) = self.claimed {
             let sample = t.elapsed().as_nanos().min(u128::from(u32::MAX)) as u64;
-            ewma(&HANDOFF_NS.0, sample);
+            // A racy read-modify-write on purpose: a lost sample only slows the learning.
+            let e = HANDOFF_NS.0.load(std::sync::atomic::Ordering::Relaxed);
+            HANDOFF_NS.0.store(
+                average(e, sample).max(1),
+                std::sync::atomic::Ordering::Relaxed,
+            );
         }
     }
 
@@ -646,7 +644,7 @@ impl Spin {
         let _ = ramp;
         Spin {
             #[cfg(not(loom))]
-            deadline: std::time::Instant::now() + std::time::Duration::from_nanos(spin_budget_ns()),
+            deadline: std::time::Instant::now() + std::time::Duration::from_nanos(SPIN_BUDGET_NS),
             #[cfg(not(loom))]
             yielded: false,
             #[cfg(not(loom))]
