@@ -192,16 +192,20 @@
 //!   is the `LOCKED` CAS's alone.) `try_lock` never takes a reservation over.
 //! - Between two handoffs the lock is barged as before for about a *turn*: [`HANDOFF_TURN`] ×
 //!   the handoff latency (claim to acquisition, a moving average measured by the claimants;
-//!   [`HANDOFF_TURN_OVERSUBSCRIBED`] × when the threads that want the lock outnumber the CPUs;
-//!   never more than a spin budget): a spinner claims only when `EPOCH` has not moved for a
-//!   turn since it first saw that value. So handoffs take a bounded share of the lock's time
+//!   never more than a spin budget; [`HANDOFF_TURN_OVERSUBSCRIBED`] ×, uncapped, when the
+//!   threads that want the lock outnumber the CPUs): a spinner claims only when `EPOCH` has
+//!   not moved for a turn since it first saw that value. So handoffs take a bounded share of the lock's time
 //!   (a thread that has just started watching may see a fresh epoch late, so the turn is a
 //!   lower bound only approximately), and consecutive holders keep their caches warm.
-//! - Waiters past one budget that saw `EPOCH` move within the last turn and budget are
-//!   *queued*: handoffs are completing, so they stay awake for theirs instead of sleeping,
-//!   and poll up to `POLL_SHARE / HANDOFF_POLL_SHARE` times more often the longer they have
-//!   waited, so that the longest waiter usually claims next. When handoffs stop (one thread
-//!   holds the lock for long), they sleep a turn and a budget later.
+//! - While the threads that want the lock fit on the CPUs, waiters past one budget that saw
+//!   `EPOCH` move within the last turn and budget are *queued*: handoffs are completing, so
+//!   they stay awake for theirs instead of sleeping, and poll up to
+//!   `POLL_SHARE / HANDOFF_POLL_SHARE` times more often the longer they have waited, so that
+//!   the longest waiter usually claims next. When handoffs stop (one thread holds the lock
+//!   for long), they sleep a turn and a budget later. Oversubscribed, nobody queues: a waiter
+//!   kept awake takes CPU time from the holder (it yields, but every yield is a system call
+//!   and a context switch), so waiters sleep after their budget and come back through the
+//!   wakes the claimants owe (below).
 //! - A claimant that acquires while threads sleep owes a wake: its next slow unlock wakes one
 //!   sleeper even if threads spin (the one exception to "no wake while someone spins"), so
 //!   sleepers join the queue instead of sleeping while spinners take every turn.
@@ -265,9 +269,12 @@ const HANDOFF_POLL_SHARE: u64 = POLL_SHARE / 4;
 /// one spin budget for its turn.
 #[cfg_attr(loom, allow(dead_code))]
 const HANDOFF_TURN: u64 = 4;
-/// The turn when the threads that want the lock outnumber the CPUs: then a claimant may be
-/// off its CPU when the lock is released, so a handoff costs more and varies more, while every
-/// waiter's wait is dominated by the scheduler's time slices anyway.
+/// The turn when the threads that want the lock outnumber the CPUs, and then not capped at a
+/// spin budget: a claimant may be off its CPU when the lock is released, so a handoff costs
+/// more and varies more (its measured latency includes the scheduler's delays), and each one
+/// served while threads sleep costs a futex wake (see "Fairness"), while every waiter's wait
+/// is dominated by the scheduler's time slices anyway. On a 2-vCPU guest at T = 4 × cores,
+/// capping it at a budget made the lab's runs slower than parking_lot's.
 #[cfg_attr(loom, allow(dead_code))]
 const HANDOFF_TURN_OVERSUBSCRIBED: u64 = 16;
 
@@ -502,8 +509,9 @@ impl Waiting {
     /// - *claim*: the thread has waited a spin budget and the handoff epoch has not moved for
     ///   a turn ([`HANDOFF_TURN`] × the handoff latency) since this thread first saw it, so a
     ///   holder served by a handoff keeps the lock for at least about a turn;
-    /// - *queued*: the thread has waited a spin budget and saw the epoch move within the last
-    ///   turn and budget — handoffs are completing, so it stays awake for its own;
+    /// - *queued*: the threads that want the lock fit on the CPUs, and this one has waited a
+    ///   spin budget and saw the epoch move within the last turn and budget — handoffs are
+    ///   completing, so it stays awake for its own;
     /// - *urgency*: how many spin budgets it has waited, which divides its poll spacing, so
     ///   that the longest waiters poll most often and usually make the next claim.
     fn look(&mut self, state: u32) -> Look {
@@ -527,9 +535,15 @@ impl Waiting {
             };
             let budget = std::time::Duration::from_nanos(SPIN_BUDGET_NS);
             let latency = HANDOFF_NS.0.load(std::sync::atomic::Ordering::Relaxed);
-            // A turn never exceeds a spin budget: one slow handoff must not keep the others
-            // from claiming for long.
-            let turn = std::time::Duration::from_nanos(turns * latency).min(budget);
+            // While the threads fit on the CPUs a turn never exceeds a spin budget: one slow
+            // handoff must not keep the others from claiming for long. Oversubscribed, slow
+            // handoffs are the rule, and each costs the holder a wake (see the constant).
+            let turn = std::time::Duration::from_nanos(turns * latency);
+            let turn = if oversubscribed {
+                turn
+            } else {
+                turn.min(budget)
+            };
             let waited = now - self.since;
             let overdue = waited >= budget;
             let unmoved = self
@@ -538,7 +552,9 @@ impl Waiting {
             let urgency = (waited.as_nanos() / budget.as_nanos().max(1)).max(1);
             Look {
                 claim: overdue && unmoved >= turn,
-                queued: overdue && self.progress.is_some_and(|p| now - p < turn + budget),
+                queued: !oversubscribed
+                    && overdue
+                    && self.progress.is_some_and(|p| now - p < turn + budget),
                 urgency: urgency.min(u128::from(POLL_SHARE / HANDOFF_POLL_SHARE)) as u64,
             }
         }
@@ -1023,6 +1039,11 @@ impl SpindleLock {
     #[cold]
     #[inline(never)]
     fn unlock_slow(&self, mut state: u32) {
+        // Nothing to wake: leave the thread's flag (if set) for a later unlock, which at worst
+        // wakes once more than needed. This path runs on every unlock while threads spin.
+        if state < SLEEPER || state & (LOCKED | WOKEN) != 0 {
+            return;
+        }
         let owed = owe_wake(false);
         loop {
             if state < SLEEPER || state & (LOCKED | WOKEN) != 0 || (state & SPINNERS != 0 && !owed)
