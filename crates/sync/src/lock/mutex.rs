@@ -192,8 +192,9 @@
 //!   is the `LOCKED` CAS's alone.) `try_lock` never takes a reservation over.
 //! - Between two handoffs the lock is barged as before for about a *turn*: [`HANDOFF_TURN`] ×
 //!   the handoff latency (claim to acquisition, a moving average measured by the claimants;
-//!   never more than a spin budget; [`HANDOFF_TURN_OVERSUBSCRIBED`] ×, uncapped, when the
-//!   threads that want the lock outnumber the CPUs): a spinner claims only when `EPOCH` has
+//!   never more than a spin budget; [`HANDOFF_TURN_OVERSUBSCRIBED`] ×, up to
+//!   [`OVERSUBSCRIBED_TURN_BUDGETS`] budgets, when the threads that want the lock outnumber
+//!   the CPUs): a spinner claims only when `EPOCH` has
 //!   not moved for a turn since it first saw that value. So handoffs take a bounded share of the lock's time
 //!   (a thread that has just started watching may see a fresh epoch late, so the turn is a
 //!   lower bound only approximately), and consecutive holders keep their caches warm.
@@ -269,14 +270,22 @@ const HANDOFF_POLL_SHARE: u64 = POLL_SHARE / 4;
 /// one spin budget for its turn.
 #[cfg_attr(loom, allow(dead_code))]
 const HANDOFF_TURN: u64 = 4;
-/// The turn when the threads that want the lock outnumber the CPUs, and then not capped at a
-/// spin budget: a claimant may be off its CPU when the lock is released, so a handoff costs
-/// more and varies more (its measured latency includes the scheduler's delays), and each one
-/// served while threads sleep costs a futex wake (see "Fairness"), while every waiter's wait
-/// is dominated by the scheduler's time slices anyway. On a 2-vCPU guest at T = 4 × cores,
-/// capping it at a budget made the lab's runs slower than parking_lot's.
+/// The turn when the threads that want the lock outnumber the CPUs, capped at
+/// [`OVERSUBSCRIBED_TURN_BUDGETS`] spin budgets rather than one: a claimant may be off its
+/// CPU when the lock is released, so a handoff costs more and varies more (its measured
+/// latency includes the scheduler's delays), and each one served while threads sleep costs a
+/// futex wake (see "Fairness"), while every waiter's wait is dominated by the scheduler's
+/// time slices anyway. On a 2-vCPU guest at T = 4 × cores, capping it at one budget made the
+/// lab's runs slower than parking_lot's.
 #[cfg_attr(loom, allow(dead_code))]
 const HANDOFF_TURN_OVERSUBSCRIBED: u64 = 16;
+/// The longest oversubscribed turn, in spin budgets. It binds only when handoffs become
+/// slow for other reasons than the lock's own threads — a holder or claimant preempted by
+/// other processes — where the turn would otherwise follow the latency up to milliseconds
+/// and every waiter's wait with it. (On the 2-vCPU guest where it was set, the handoff
+/// latency at T = 4 × cores measured a few microseconds: the turn stays well under the cap.)
+#[cfg_attr(loom, allow(dead_code))]
+const OVERSUBSCRIBED_TURN_BUDGETS: u32 = 8;
 
 /// The CPUs this process may run on (cached; 0 until first asked).
 #[cfg(not(loom))]
@@ -537,13 +546,13 @@ impl Waiting {
             let latency = HANDOFF_NS.0.load(std::sync::atomic::Ordering::Relaxed);
             // While the threads fit on the CPUs a turn never exceeds a spin budget: one slow
             // handoff must not keep the others from claiming for long. Oversubscribed, slow
-            // handoffs are the rule, and each costs the holder a wake (see the constant).
-            let turn = std::time::Duration::from_nanos(turns * latency);
-            let turn = if oversubscribed {
-                turn
+            // handoffs are the rule, and each costs the holder a wake (see the constants).
+            let cap = if oversubscribed {
+                budget * OVERSUBSCRIBED_TURN_BUDGETS
             } else {
-                turn.min(budget)
+                budget
             };
+            let turn = std::time::Duration::from_nanos(turns * latency).min(cap);
             let waited = now - self.since;
             let overdue = waited >= budget;
             let unmoved = self
