@@ -93,11 +93,11 @@
 //! ```
 //! Wait (`wait(v)`):
 //! ```text
-//! spin a little while V == v
+//! spin while V == v: 128 polls, or 8 once spins go unanswered (below)
 //! loop:
 //!     s = fetch_or(S, 1) | 1           // lock or: announce, a full barrier (unless standing)
-//!     (fresh announcement) watch V for 2 µs (and 32 pauses) while S == s;
-//!         then a process-wide barrier (mprotect or membarrier); return Changed if V != v
+//!     (fresh announcement) a process-wide barrier (membarrier, or mprotect where that is
+//!         unavailable); return Changed if V != v
 //!     futex_wait(S, s, min(deadline, 1 s))    // the 1 s: a backstop, see fact 3
 //!         (no IPI barrier here: naps of 4, 8, 16, … ms during the first second instead)
 //!     return Changed if V != v; TimedOut if the deadline passed
@@ -115,6 +115,15 @@
 //! release store of the version on the machine at hand. The store and the load need no `lock`
 //! because they touch different words: the producer never overwrites a flag.
 //!
+//! **The spin** is learnt per event count, outside the protocol (it only decides when to
+//! announce). While spins get answered (a producer that signals within microseconds:
+//! streaming, ping-pong) waiters poll 128 times before announcing; after 8 full spins in a
+//! row went unanswered (a producer that signals once a millisecond: every wait ends asleep,
+//! and the spin before it was CPU time thrown away) they poll 8 times, with a full spin every
+//! 16th wait so that a producer grown prompt again is noticed; one answered spin makes them
+//! full again. The lab's `rings` experiment measures both sides of the trade: the idle
+//! consumer's CPU time, and ping-pong on two CPUs and on one.
+//!
 //! **Why no wake-up is lost or late.** The producer's store to `V` and its load of `S` form
 //! the store-buffering pattern: x86-TSO lets the load complete while the store still sits in
 //! the store buffer, so a producer can miss a flag whose waiter, in turn, still reads the old
@@ -123,9 +132,9 @@
 //!    it reads `V`; any producer load that executes afterwards sees the flag — until the
 //!    producer clears it, which changes `S` for good (the clear count), so the waiter notices.
 //! 2. A signal whose load missed the announcement executed its store to `V` before that load.
-//!    Before it sleeps on a fresh announcement, the waiter issues a process-wide barrier (an
-//!    `mprotect` TLB shoot-down, or `membarrier`-expedited where that is unavailable; see
-//!    `SpEventCount::barrier_after_announcement`), then reads `V` again. Either interrupts
+//!    Before it sleeps on a fresh announcement, the waiter issues a process-wide barrier
+//!    (`membarrier`-expedited, or an `mprotect` TLB shoot-down where that is unavailable; see
+//!    `SpEventCount::announcement_barrier`), then reads `V` again. Either interrupts
 //!    every CPU that runs a thread of this process and returns only once each has run the
 //!    handler, which executes a serialising instruction (a full barrier); a CPU that does not
 //!    run one has passed a context switch, also a full barrier. The interrupt lands between
@@ -135,18 +144,17 @@
 //!    side of this asymmetric fence (a compiler barrier), the waiter's barrier the heavy side.
 //!    No signal can slip between them, so a waiter that sleeps is woken by the next signal's
 //!    futex wake, never by a timeout: no wake-up is lost, and none is late.
-//! 3. The barrier costs the waiter a few system calls (microseconds) only when it is about to
-//!    sleep, which costs a futex sleep and wake anyway, and it is skipped when the version
-//!    moves while the waiter watches it for 2 µs after announcing (a time, not a count of
-//!    `pause`s, whose length differs by an order of magnitude between cores). The signal's
-//!    fast path keeps its store, load and branch. A waiter that slept after its barrier still
+//! 3. The barrier costs the waiter a system call (a microsecond or so) only when it is about
+//!    to sleep, which costs a futex sleep and wake anyway. The signal's fast path keeps its
+//!    store, load and branch. A waiter that slept after its barrier still
 //!    re-reads the version once a second: not part of the argument, a backstop should some
 //!    platform's barrier stop interrupting CPUs (whose result would then show in
 //!    [`SpEventCount::late_wakeups`] instead of as a waiter asleep for good).
 //!
 //! Where the only process-wide barrier is `membarrier(GLOBAL)`, which waits for an RCU grace
 //! period (milliseconds), the waiter does not issue it: it sleeps in naps of 4, 8, 16, … ms for
-//! the first second after its announcement, re-reading `V` after each, and relies on the timer
+//! the first second after its announcement, re-reading `V` after each (and, before the first,
+//! watches `V` for 2 µs: a store usually drains in well under one), and relies on the timer
 //! interrupt (every CPU takes several a second, and each drains the store buffer: Paul Khuong,
 //! "Preemption Is GC for Memory Reordering", 2019) to bound how late a wake-up can be: one
 //! nap. [`SpEventCount::late_wakeups`] counts such wake-ups; with an IPI barrier it stays zero
@@ -218,9 +226,25 @@ const SPIN_BEFORE_FLAG: u32 = 0;
 #[cfg(loom)]
 const SPIN_AFTER_FLAG: u32 = 0;
 
+/// A single-producer waiter whose recent spins went unanswered spins only this many polls
+/// (see `SpEventCount::wait_until`): a consumer that waits a millisecond for each message
+/// then pays a few polls instead of a whole spin before each sleep.
+#[cfg(not(loom))]
+const SP_SHORT_SPIN: u32 = 8;
+#[cfg(loom)]
+const SP_SHORT_SPIN: u32 = 0;
+/// Full spins in a row that must go unanswered before a single-producer waiter's spins
+/// become short; any wait answered during a spin makes them full again at once.
+const SP_SPIN_TRUST: u32 = 8;
+/// While spins are short, every this many waits one spins in full anyway, so that a
+/// producer that has become prompt again is noticed (a short spin can miss it, and the
+/// waiter would otherwise sleep through every hand-off for good).
+const SP_SPIN_PROBE: u32 = 16;
+
 /// How long a single-producer waiter watches the version after announcing itself, for a
-/// signal whose version store may still be in its producer's store buffer (see "Why no
-/// wake-up is lost"). A store usually drains in well under a microsecond.
+/// signal whose version store may still be in its producer's store buffer, where no barrier
+/// closes that window (see "Why no wake-up is lost"). A store usually drains in well under a
+/// microsecond.
 const SP_DRAIN: std::time::Duration = std::time::Duration::from_micros(2);
 /// For how long after an announcement a single-producer waiter sleeps in naps, re-reading the
 /// version after each (see the module documentation). Zero under loom, whose producer is
@@ -529,6 +553,12 @@ pub struct SpEventCount {
     /// After how many polls of the spin a waiter yields (see `wait_until`): a heuristic the
     /// waiters learn, not part of the protocol (a std atomic even under loom).
     yield_at: std::sync::atomic::AtomicU32,
+    /// Whether waiters spin in full or briefly (see `wait_until`), another learnt heuristic:
+    /// bits 0..8 the *trust*, `SP_SPIN_TRUST` after a spin that was answered, one less after
+    /// each full spin that was not (spins are short at 0); bits 8.. count the waits since the
+    /// last full spin while spins are short. Written only when it changes: with a prompt
+    /// producer, never.
+    spin: std::sync::atomic::AtomicU32,
 }
 
 impl SpEventCount {
@@ -543,6 +573,7 @@ impl SpEventCount {
             late: std::sync::atomic::AtomicU64::new(0),
             barriers: std::sync::atomic::AtomicU64::new(0),
             yield_at: std::sync::atomic::AtomicU32::new(YIELD_AT),
+            spin: std::sync::atomic::AtomicU32::new(SP_SPIN_TRUST),
         }
     }
 
@@ -557,6 +588,7 @@ impl SpEventCount {
             late: std::sync::atomic::AtomicU64::new(0),
             barriers: std::sync::atomic::AtomicU64::new(0),
             yield_at: std::sync::atomic::AtomicU32::new(YIELD_AT),
+            spin: std::sync::atomic::AtomicU32::new(SP_SPIN_TRUST),
         }
     }
 
@@ -696,8 +728,14 @@ impl SpEventCount {
     /// After an announcement that left `S` at `s`: the new version if it has moved past `old`,
     /// checked until no signal can still be in the producer's store buffer with its look at
     /// `S` already made (see "Why no wake-up is lost"); `None` if the waiter may
-    /// sleep. Under loom (an atomic producer, `SPIN_AFTER_FLAG` 0) one look.
-    fn changed_since(&self, old: u64, s: u32) -> Option<u64> {
+    /// sleep. With `watch` false (a barrier will close that window before the sleep, see
+    /// [`settle`](Self::settle)) one look: watching would only spend the waiter's time.
+    /// Under loom (an atomic producer, `SPIN_AFTER_FLAG` 0) one look.
+    fn changed_since(&self, old: u64, s: u32, watch: bool) -> Option<u64> {
+        if !watch {
+            let v = self.version.load(SeqCst);
+            return (v != old).then_some(v);
+        }
         // A signal whose look at `S` comes after the announcement sees it. One whose look came
         // before it may still hold its version in the store buffer: watch the version for
         // `SP_DRAIN`, far longer than a store takes to drain, in time rather than in `pause`s
@@ -745,27 +783,49 @@ impl SpEventCount {
         ((v != old).then_some(v), closed)
     }
 
-    /// The mprotect shoot-down first, membarrier-expedited where that is unavailable (CPUs
-    /// that flush other CPUs' TLBs without interrupts). Both interrupt every CPU running a
-    /// thread of this process. Why not membarrier first, as [`crate::fence::heavy`] does: on
-    /// the 2-vCPU Zen 4 guest where this was written, registering the process for
-    /// membarrier-expedited and issuing one before each sleep made the *next* wake-up of a
-    /// sleeping waiter slower, enough to break the lab's `eventcount` guarantee `wake-sp`
-    /// (within 1.1 × the raw futex floor), which holds with mprotect; the cause is not known.
+    /// The barrier a waiter issues before sleeping: membarrier-expedited, as
+    /// [`crate::fence::heavy`] prefers, and the mprotect shoot-down where that is unavailable
+    /// (`None` where neither works). Both interrupt every CPU running a thread of this
+    /// process; membarrier interrupts no other CPU and costs one system call, where mprotect
+    /// costs two, a lock and a page fault, and may interrupt CPUs the process ran on before:
+    /// on a 2-vCPU Zen 4 guest, a consumer waiting for one message per millisecond spent about
+    /// 3 µs less CPU time per message with membarrier. (An earlier session on the same guest
+    /// saw membarrier slow the next wake-up enough to break the lab's `wake-sp` guarantee;
+    /// re-measured since, `wake-sp` holds with either.)
     #[cfg(all(target_arch = "x86_64", target_os = "linux", not(loom), not(miri)))]
-    fn barrier_after_announcement() -> bool {
+    fn announcement_barrier() -> Option<crate::fence::Method> {
         use crate::fence::Method;
         static METHOD: std::sync::OnceLock<Option<Method>> = std::sync::OnceLock::new();
-        let method = *METHOD.get_or_init(|| {
-            if crate::fence::barrier(Method::Mprotect).is_ok() {
-                Some(Method::Mprotect)
-            } else if crate::fence::heavy_method() == Method::MembarrierExpedited {
+        *METHOD.get_or_init(|| {
+            if crate::fence::heavy_method() == Method::MembarrierExpedited {
                 Some(Method::MembarrierExpedited)
+            } else if crate::fence::barrier(Method::Mprotect).is_ok() {
+                Some(Method::Mprotect)
             } else {
                 None
             }
-        });
-        match method {
+        })
+    }
+
+    /// Whether [`settle`](Self::settle) will close the store-buffering window (a barrier is
+    /// available, or the producer's look needs none): then the waiter need not watch the
+    /// version after announcing itself.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(loom), not(miri)))]
+    fn window_closes() -> bool {
+        Self::announcement_barrier().is_some()
+    }
+
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(loom), not(miri))))]
+    fn window_closes() -> bool {
+        cfg!(loom) || !cfg!(all(target_arch = "x86_64", not(miri)))
+    }
+
+    /// Issues the barrier of [`announcement_barrier`](Self::announcement_barrier); returns
+    /// whether there was one.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(loom), not(miri)))]
+    fn barrier_after_announcement() -> bool {
+        use crate::fence::Method;
+        match Self::announcement_barrier() {
             Some(Method::Mprotect) => {
                 // A failure now (a seccomp filter installed since) falls back to the next.
                 if crate::fence::barrier(Method::Mprotect).is_err() {
@@ -833,7 +893,21 @@ impl SpEventCount {
                     .store(at, std::sync::atomic::Ordering::Relaxed);
             }
         };
-        for i in 0..SPIN_BEFORE_FLAG {
+        // The spin's length, also learnt: in full while spins get answered (a prompt
+        // producer: streaming, ping-pong), a few polls once `SP_SPIN_TRUST` full spins in a
+        // row went unanswered (a producer that signals rarely: each wait ends in a sleep, and
+        // a full spin before it is CPU time thrown away), with a full spin every
+        // `SP_SPIN_PROBE` waits so that a producer that has become prompt again is noticed.
+        // Like `yield_at`, a heuristic outside the protocol.
+        let spin = self.spin.load(std::sync::atomic::Ordering::Relaxed);
+        let (trust, since_full) = (spin & 0xff, spin >> 8);
+        let full = trust > 0 || since_full + 1 >= SP_SPIN_PROBE;
+        let polls = if full {
+            SPIN_BEFORE_FLAG
+        } else {
+            SP_SHORT_SPIN
+        };
+        for i in 0..polls {
             let v = self.version.load(Acquire);
             if v != old {
                 // At the first poll the version had moved before the wait began: no lesson.
@@ -843,6 +917,10 @@ impl SpEventCount {
                     } else {
                         learn(yield_at.saturating_mul(2).saturating_add(1).min(YIELD_AT));
                     }
+                    if spin != SP_SPIN_TRUST {
+                        self.spin
+                            .store(SP_SPIN_TRUST, std::sync::atomic::Ordering::Relaxed);
+                    }
                 }
                 return Waited::Changed(v);
             }
@@ -851,6 +929,16 @@ impl SpEventCount {
             } else {
                 spin_loop();
             }
+        }
+        // Unanswered: a full spin costs one unit of trust; a short one counts towards the
+        // next full one.
+        let next = if full {
+            trust.saturating_sub(1)
+        } else {
+            (since_full + 1) << 8
+        };
+        if next != spin {
+            self.spin.store(next, std::sync::atomic::Ordering::Relaxed);
         }
 
         let mut state = WaitState {
@@ -876,7 +964,7 @@ impl SpEventCount {
                 Some(a) => a,
                 None => {
                     let s = self.sleepers.fetch_or(1, SeqCst) | 1;
-                    if let Some(v) = self.changed_since(old, s) {
+                    if let Some(v) = self.changed_since(old, s, !Self::window_closes()) {
                         return Waited::Changed(v);
                     }
                     let (changed, closed) = self.settle(old);
