@@ -94,6 +94,7 @@ pub mod percpu;
 pub mod prepaid;
 #[allow(unused_imports, dead_code)]
 mod primitives;
+mod rendezvous;
 pub mod smr;
 pub mod spsc;
 pub mod time;

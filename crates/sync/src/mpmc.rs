@@ -1,5 +1,6 @@
 //! A bounded many-producer many-consumer channel that blocks through [`EventCount`]s, and
-//! costs one atomic read-modify-write per operation when nobody waits.
+//! costs one atomic read-modify-write per operation when nobody waits. Capacity 0 makes a
+//! rendezvous channel, as crossbeam-channel's `bounded(0)` (see [`channel`]).
 //!
 //! ```
 //! use spindle_sync::mpmc;
@@ -108,6 +109,7 @@ use crate::eventcount::EventCount;
 use crate::primitives::{
     spin_loop, yield_now, Arc, AtomicU64, AtomicUsize, CachePadded, Ordering::*,
 };
+use crate::rendezvous::{Failed, Wait};
 use crate::time::Deadline;
 
 crate::channel::errors! {
@@ -131,12 +133,33 @@ const IN_FLIGHT_SPINS: u32 = 1;
 const IN_FLIGHT_FIRST_NAP: Duration = Duration::from_micros(100);
 const IN_FLIGHT_MAX_NAP: Duration = Duration::from_millis(10);
 
-/// A new channel with `capacity` slots: its first sender and first receiver.
+/// A new channel with `capacity` slots: its first sender and first receiver. A channel of
+/// capacity 0 is a *rendezvous*, as crossbeam-channel's `bounded(0)`: a send completes when a
+/// receiver takes its value, `try_send` succeeds only when a receiver is blocked in `recv`,
+/// and `try_recv` only when a sender is blocked in `send` (its protocol: a lock and two queues
+/// of blocked operations, documented in the crate's `rendezvous.rs`).
+///
+/// ```
+/// let (tx, rx) = spindle_sync::mpmc::channel::<&str>(0);
+/// let t = std::thread::spawn(move || tx.send("hello")); // blocks until received
+/// assert_eq!(rx.recv(), Ok("hello"));
+/// assert!(t.join().unwrap().is_ok());
+/// ```
 ///
 /// # Panics
-/// If `capacity` is 0 or above 2^60.
+/// If `capacity` is above 2^60.
 pub fn channel<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
-    assert!(capacity > 0, "a channel needs at least one slot");
+    if capacity == 0 {
+        let chan = Arc::new(crate::rendezvous::Chan::new());
+        return (
+            Sender {
+                flavor: Flavor::Zero(chan.clone()),
+            },
+            Receiver {
+                flavor: Flavor::Zero(chan),
+            },
+        );
+    }
     assert!(
         (capacity as u64) <= 1 << 60,
         "capacity {capacity} is too large"
@@ -158,7 +181,14 @@ pub fn channel<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
         senders: AtomicUsize::new(1),
         receivers: AtomicUsize::new(1),
     });
-    (Sender { chan: chan.clone() }, Receiver { chan })
+    (
+        Sender {
+            flavor: Flavor::Array(chan.clone()),
+        },
+        Receiver {
+            flavor: Flavor::Array(chan),
+        },
+    )
 }
 
 struct Slot<T> {
@@ -477,36 +507,101 @@ impl<T> Drop for Chan<T> {
 
 /// The sending side of an [`mpmc` channel](channel): `Clone`, `Send` and `Sync`.
 pub struct Sender<T> {
-    chan: Arc<Chan<T>>,
+    flavor: Flavor<T>,
 }
 
 /// The receiving side of an [`mpmc` channel](channel): `Clone`, `Send` and `Sync`.
 pub struct Receiver<T> {
-    chan: Arc<Chan<T>>,
+    flavor: Flavor<T>,
+}
+
+/// A channel with slots (the protocol above), or a rendezvous (capacity 0).
+enum Flavor<T> {
+    Array(Arc<Chan<T>>),
+    Zero(Arc<crate::rendezvous::Chan<T>>),
+}
+
+impl<T> Clone for Flavor<T> {
+    fn clone(&self) -> Self {
+        match self {
+            Flavor::Array(c) => Flavor::Array(c.clone()),
+            Flavor::Zero(c) => Flavor::Zero(c.clone()),
+        }
+    }
+}
+
+impl<T> Flavor<T> {
+    fn capacity(&self) -> usize {
+        match self {
+            Flavor::Array(c) => c.capacity(),
+            Flavor::Zero(_) => 0,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Flavor::Array(c) => c.len(),
+            Flavor::Zero(_) => 0,
+        }
+    }
+
+    fn is_disconnected(&self) -> bool {
+        match self {
+            Flavor::Array(c) => c.tail.load(SeqCst) & DISCONNECTED != 0,
+            Flavor::Zero(c) => c.is_disconnected(),
+        }
+    }
+
+    fn send(&self, value: T, deadline: Option<Deadline>) -> Result<(), SendTimeoutError<T>> {
+        match self {
+            Flavor::Array(c) => c.send_deadline(value, deadline),
+            Flavor::Zero(c) => c.send(value, Wait::Until(deadline)).map_err(|e| match e {
+                Failed::NoPartner(v) => SendTimeoutError::Timeout(v),
+                Failed::Disconnected(v) => SendTimeoutError::Disconnected(v),
+            }),
+        }
+    }
+
+    fn recv(&self, deadline: Option<Deadline>) -> Result<T, RecvTimeoutError> {
+        match self {
+            Flavor::Array(c) => c.recv_deadline(deadline),
+            Flavor::Zero(c) => c.recv(Wait::Until(deadline)).map_err(|e| match e {
+                Failed::NoPartner(()) => RecvTimeoutError::Timeout,
+                Failed::Disconnected(()) => RecvTimeoutError::Disconnected,
+            }),
+        }
+    }
 }
 
 impl<T> Sender<T> {
     /// Send without blocking: `Full` only when every slot holds a value. A slot whose value a
     /// receiver has claimed but not yet moved out is waited for (a few instructions, or naps
     /// if that receiver's thread was preempted in between), as crossbeam-channel does.
+    ///
+    /// On a rendezvous channel (capacity 0), `Full` unless a receiver is blocked in `recv`.
     pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
-        self.chan.try_send_settled(value).map_err(|e| match e {
-            Blocked::Settled(v) | Blocked::InFlight(v) => TrySendError::Full(v),
-            Blocked::Disconnected(v) => TrySendError::Disconnected(v),
-        })
+        match &self.flavor {
+            Flavor::Array(c) => c.try_send_settled(value).map_err(|e| match e {
+                Blocked::Settled(v) | Blocked::InFlight(v) => TrySendError::Full(v),
+                Blocked::Disconnected(v) => TrySendError::Disconnected(v),
+            }),
+            Flavor::Zero(c) => c.send(value, Wait::No).map_err(|e| match e {
+                Failed::NoPartner(v) => TrySendError::Full(v),
+                Failed::Disconnected(v) => TrySendError::Disconnected(v),
+            }),
+        }
     }
 
     /// Send, blocking while the channel is full. Fails only when every receiver is gone.
     pub fn send(&self, value: T) -> Result<(), SendError<T>> {
-        self.chan
-            .send_deadline(value, None)
+        self.flavor
+            .send(value, None)
             .map_err(|e| SendError(e.into_inner()))
     }
 
     /// Send, blocking while the channel is full for at most `timeout`.
     pub fn send_timeout(&self, value: T, timeout: Duration) -> Result<(), SendTimeoutError<T>> {
-        self.chan
-            .send_deadline(value, Some(Deadline::after(timeout)))
+        self.flavor.send(value, Some(Deadline::after(timeout)))
     }
 
     /// Send, blocking while the channel is full until `deadline` (`None`: no deadline).
@@ -515,17 +610,18 @@ impl<T> Sender<T> {
         value: T,
         deadline: Option<Deadline>,
     ) -> Result<(), SendTimeoutError<T>> {
-        self.chan.send_deadline(value, deadline)
+        self.flavor.send(value, deadline)
     }
 
-    /// The number of slots: `Some`, as crossbeam-channel says of a bounded channel.
+    /// The number of slots: `Some`, as crossbeam-channel says of a bounded channel (`Some(0)`
+    /// for a rendezvous).
     pub fn capacity(&self) -> Option<usize> {
-        Some(self.chan.capacity())
+        Some(self.flavor.capacity())
     }
 
-    /// Values in the channel now.
+    /// Values in the channel now (always 0 in a rendezvous).
     pub fn len(&self) -> usize {
-        self.chan.len()
+        self.flavor.len()
     }
 
     /// Whether the channel is empty now.
@@ -533,14 +629,14 @@ impl<T> Sender<T> {
         self.len() == 0
     }
 
-    /// Whether the channel is full now.
+    /// Whether the channel is full now (a rendezvous always is, as crossbeam-channel's).
     pub fn is_full(&self) -> bool {
-        self.len() == self.chan.capacity()
+        self.len() == self.flavor.capacity()
     }
 
     /// Whether the other side (every receiver) is gone.
     pub fn is_disconnected(&self) -> bool {
-        self.chan.tail.load(SeqCst) & DISCONNECTED != 0
+        self.flavor.is_disconnected()
     }
 }
 
@@ -549,27 +645,35 @@ impl<T> Receiver<T> {
     /// received. A value whose sender has claimed its slot but not finished writing is waited
     /// for (a few instructions, or naps if that sender's thread was preempted in between), as
     /// crossbeam-channel does.
+    ///
+    /// On a rendezvous channel (capacity 0), `Empty` unless a sender is blocked in `send`.
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
-        self.chan.try_recv_settled().map_err(|e| match e {
-            Blocked::Settled(()) | Blocked::InFlight(()) => TryRecvError::Empty,
-            Blocked::Disconnected(()) => TryRecvError::Disconnected,
-        })
+        match &self.flavor {
+            Flavor::Array(c) => c.try_recv_settled().map_err(|e| match e {
+                Blocked::Settled(()) | Blocked::InFlight(()) => TryRecvError::Empty,
+                Blocked::Disconnected(()) => TryRecvError::Disconnected,
+            }),
+            Flavor::Zero(c) => c.recv(Wait::No).map_err(|e| match e {
+                Failed::NoPartner(()) => TryRecvError::Empty,
+                Failed::Disconnected(()) => TryRecvError::Disconnected,
+            }),
+        }
     }
 
     /// Receive, blocking while the channel is empty. Fails only when every sender is gone and
     /// the channel is empty.
     pub fn recv(&self) -> Result<T, RecvError> {
-        self.chan.recv_deadline(None).map_err(|_| RecvError)
+        self.flavor.recv(None).map_err(|_| RecvError)
     }
 
     /// Receive, blocking while the channel is empty for at most `timeout`.
     pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
-        self.chan.recv_deadline(Some(Deadline::after(timeout)))
+        self.flavor.recv(Some(Deadline::after(timeout)))
     }
 
     /// Receive, blocking while the channel is empty until `deadline` (`None`: no deadline).
     pub fn recv_deadline(&self, deadline: Option<Deadline>) -> Result<T, RecvTimeoutError> {
-        self.chan.recv_deadline(deadline)
+        self.flavor.recv(deadline)
     }
 
     /// A blocking iterator that ends when every sender is gone and the channel is empty (also
@@ -584,14 +688,15 @@ impl<T> Receiver<T> {
         TryIter { rx: self }
     }
 
-    /// The number of slots: `Some`, as crossbeam-channel says of a bounded channel.
+    /// The number of slots: `Some`, as crossbeam-channel says of a bounded channel (`Some(0)`
+    /// for a rendezvous).
     pub fn capacity(&self) -> Option<usize> {
-        Some(self.chan.capacity())
+        Some(self.flavor.capacity())
     }
 
-    /// Values in the channel now.
+    /// Values in the channel now (always 0 in a rendezvous).
     pub fn len(&self) -> usize {
-        self.chan.len()
+        self.flavor.len()
     }
 
     /// Whether the channel is empty now.
@@ -599,39 +704,54 @@ impl<T> Receiver<T> {
         self.len() == 0
     }
 
-    /// Whether the channel is full now.
+    /// Whether the channel is full now (a rendezvous always is, as crossbeam-channel's).
     pub fn is_full(&self) -> bool {
-        self.len() == self.chan.capacity()
+        self.len() == self.flavor.capacity()
     }
 
     /// Whether the other side (every sender) is gone.
     pub fn is_disconnected(&self) -> bool {
-        self.chan.tail.load(SeqCst) & DISCONNECTED != 0
+        self.flavor.is_disconnected()
     }
 }
 
 impl<T> Clone for Sender<T> {
     fn clone(&self) -> Self {
-        self.chan.senders.fetch_add(1, Relaxed);
+        match &self.flavor {
+            Flavor::Array(c) => c.senders.fetch_add(1, Relaxed),
+            Flavor::Zero(c) => c.senders.fetch_add(1, Relaxed),
+        };
         Sender {
-            chan: self.chan.clone(),
+            flavor: self.flavor.clone(),
         }
     }
 }
 
 impl<T> Clone for Receiver<T> {
     fn clone(&self) -> Self {
-        self.chan.receivers.fetch_add(1, Relaxed);
+        match &self.flavor {
+            Flavor::Array(c) => c.receivers.fetch_add(1, Relaxed),
+            Flavor::Zero(c) => c.receivers.fetch_add(1, Relaxed),
+        };
         Receiver {
-            chan: self.chan.clone(),
+            flavor: self.flavor.clone(),
         }
     }
 }
 
 impl<T> Drop for Sender<T> {
     fn drop(&mut self) {
-        if self.chan.senders.fetch_sub(1, AcqRel) == 1 {
-            self.chan.disconnect();
+        match &self.flavor {
+            Flavor::Array(c) => {
+                if c.senders.fetch_sub(1, AcqRel) == 1 {
+                    c.disconnect();
+                }
+            }
+            Flavor::Zero(c) => {
+                if c.senders.fetch_sub(1, AcqRel) == 1 {
+                    c.disconnect();
+                }
+            }
         }
     }
 }
@@ -643,10 +763,20 @@ impl<T> Drop for Receiver<T> {
     /// sender can claim an index (its CAS compares the whole `tail` word), so the values to drop
     /// are those of the indices claimed before; a sender still writing one is waited for.
     fn drop(&mut self) {
-        if self.chan.receivers.fetch_sub(1, AcqRel) == 1 {
-            self.chan.disconnect();
-            while let Ok(value) = self.chan.try_recv_settled() {
-                drop(value);
+        match &self.flavor {
+            Flavor::Array(c) => {
+                if c.receivers.fetch_sub(1, AcqRel) == 1 {
+                    c.disconnect();
+                    while let Ok(value) = c.try_recv_settled() {
+                        drop(value);
+                    }
+                }
+            }
+            // A rendezvous holds no values: blocked senders get theirs back.
+            Flavor::Zero(c) => {
+                if c.receivers.fetch_sub(1, AcqRel) == 1 {
+                    c.disconnect();
+                }
             }
         }
     }

@@ -1,0 +1,387 @@
+//! The zero-capacity flavour of [`mpmc::channel`](crate::mpmc::channel): a *rendezvous*, as
+//! crossbeam-channel's `bounded(0)`. A send completes only when a receiver takes its value
+//! (and a receive only when a sender hands one over); `try_send` succeeds only when a receiver
+//! is already blocked in `recv`, `try_recv` only when a sender is blocked in `send`.
+//!
+//! # Protocol
+//!
+//! One lock ([`SpindleLock`]) guards two FIFO queues of blocked operations, `senders` and
+//! `receivers`, and a `disconnected` flag. A blocked operation owns a *packet*: a value slot
+//! (the sender's value, or room for the receiver's) and a futex word `state`, `WAITING` until
+//! a partner or a disconnection settles it (`DONE` or `DISCONNECTED`).
+//!
+//! ```text
+//! send(x):                                       (recv is the mirror image)
+//!   lock
+//!   disconnected        → unlock; Disconnected(x)
+//!   pop a receiver r    → r.value = x; store(r.state, DONE); unlock; wake r; Ok
+//!   try_send            → unlock; Full(x)
+//!   push own packet p (holding x); unlock
+//!   wait until p.state != WAITING or the deadline
+//!   DONE → Ok;  DISCONNECTED → Disconnected(p.value)
+//!   deadline: lock; p still queued → remove it; unlock; Timeout(p.value)
+//!             p gone (settled meanwhile, under the lock) → unlock; as settled
+//! ```
+//!
+//! **Invariants.** A packet is in a queue exactly while its owner is blocked and nobody has
+//! settled it; packets leave the queues only under the lock — taken by a partner, drained by
+//! the disconnection, or removed by their owner at its deadline — and `state` changes from
+//! `WAITING` only under the lock, by whoever removed the packet. So each packet is removed
+//! once, and each value has one owner at a time: the sender until a receiver's critical
+//! section moves it (out of the sender's packet, or into the receiver's), the receiver after.
+//! An owner reads its packet's value only after it saw `state` settled (`Acquire`, pairing
+//! with the settling `Release` store, made after the partner wrote or took the value) or after
+//! it removed the packet itself.
+//!
+//! **Why no wake-up is lost.** The owner sleeps in `futex_wait(state, WAITING)`; the settling
+//! store comes before the partner's `futex_wake`. Either the store precedes the kernel's
+//! comparison (the owner does not sleep) or the owner is queued in the futex before the wake.
+//! A spurious return re-reads `state`.
+//!
+//! **Linearisation points.** A completed send and its receive: the critical section that
+//! pairs them. `Full` / `Empty` (the `try_*` forms), `Timeout` and `Disconnected`: the critical
+//! section that found no partner, removed the own packet, or saw the flag.
+//!
+//! **Disconnection** (as crossbeam-channel): when the last sender or the last receiver goes,
+//! the flag is set and every queued packet settles `DISCONNECTED`: a blocked receiver gets
+//! `Disconnected`, a blocked sender its value back.
+//!
+//! **Orderings.** The lock orders every queue and flag access (its `Acquire`/`Release`); the
+//! `state` store and load are `Release`/`Acquire` for the value written or taken before it.
+
+use std::cell::UnsafeCell;
+use std::collections::VecDeque;
+
+use crate::futex::Parking;
+use crate::lock::SpindleLock;
+use crate::primitives::{spin_loop, Arc, AtomicU32, AtomicUsize, Ordering::*};
+use crate::time::Deadline;
+
+const WAITING: u32 = 0;
+const DONE: u32 = 1;
+const DISCONNECTED: u32 = 2;
+
+/// How many times a blocked operation re-reads its packet before it sleeps: a partner that is
+/// already running settles it within a few hundred nanoseconds.
+#[cfg(not(loom))]
+const SPINS: u32 = 64;
+#[cfg(loom)]
+const SPINS: u32 = 0;
+
+/// Whether an operation may block, and until when (`None`: for ever).
+pub(crate) enum Wait {
+    No,
+    Until(Option<Deadline>),
+}
+
+/// Why an operation did not complete; it carries the value back where there is one.
+pub(crate) enum Failed<T> {
+    /// No partner was waiting (`Wait::No`), or none came before the deadline.
+    NoPartner(T),
+    Disconnected(T),
+}
+
+/// A blocked operation's packet.
+struct Packet<T> {
+    state: AtomicU32,
+    value: UnsafeCell<Option<T>>,
+    parking: Parking,
+}
+
+impl<T> Packet<T> {
+    fn new(value: Option<T>) -> Arc<Packet<T>> {
+        Arc::new(Packet {
+            state: AtomicU32::new(WAITING),
+            value: UnsafeCell::new(value),
+            parking: Parking::new(),
+        })
+    }
+
+    /// Waits until the packet is settled (true) or the deadline passes (false).
+    // Under loom `SPINS` is 0.
+    #[cfg_attr(loom, allow(clippy::reversed_empty_ranges))]
+    fn wait(&self, deadline: Option<Deadline>) -> bool {
+        for _ in 0..SPINS {
+            if self.state.load(Acquire) != WAITING {
+                return true;
+            }
+            spin_loop();
+        }
+        loop {
+            if self.state.load(Acquire) != WAITING {
+                return true;
+            }
+            if deadline.is_some_and(Deadline::has_passed) {
+                return false;
+            }
+            self.parking.wait32(&self.state, WAITING, deadline);
+        }
+    }
+
+    /// Settles the packet (under the channel's lock); the caller wakes its owner after
+    /// unlocking.
+    fn settle(&self, how: u32) {
+        self.state.store(how, Release);
+    }
+
+    fn wake(&self) {
+        self.parking.wake32(&self.state, 1);
+    }
+
+    /// The value, by its owner once the packet left the queues (see the invariants).
+    ///
+    /// # Safety
+    /// The caller owns the packet's value: it saw `state` settled, or removed the packet
+    /// from its queue itself.
+    unsafe fn take(&self) -> Option<T> {
+        // SAFETY: the caller's contract: nobody else accesses the value any more.
+        unsafe { (*self.value.get()).take() }
+    }
+}
+
+struct Queues<T> {
+    senders: VecDeque<Arc<Packet<T>>>,
+    receivers: VecDeque<Arc<Packet<T>>>,
+    disconnected: bool,
+}
+
+/// A rendezvous channel's shared state.
+pub(crate) struct Chan<T> {
+    lock: SpindleLock,
+    queues: UnsafeCell<Queues<T>>,
+    pub(crate) senders: AtomicUsize,
+    pub(crate) receivers: AtomicUsize,
+}
+
+// SAFETY: values move between threads (T: Send); the queues are accessed only under the lock,
+// and a packet's value only by its owner (see the invariants).
+unsafe impl<T: Send> Send for Chan<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for Chan<T> {}
+// SAFETY: as above: a packet's value is accessed by one thread at a time.
+unsafe impl<T: Send> Send for Packet<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for Packet<T> {}
+
+/// The lock held; unlocks when dropped (also if the critical section panics, which only an
+/// allocation failure in a queue's `push_back` can make it do).
+struct Locked<'a, T> {
+    chan: &'a Chan<T>,
+}
+
+impl<T> std::ops::Deref for Locked<'_, T> {
+    type Target = Queues<T>;
+    fn deref(&self) -> &Queues<T> {
+        // SAFETY: this guard holds the lock, which guards the queues.
+        unsafe { &*self.chan.queues.get() }
+    }
+}
+
+impl<T> std::ops::DerefMut for Locked<'_, T> {
+    fn deref_mut(&mut self) -> &mut Queues<T> {
+        // SAFETY: as above, and `&mut self` makes this the only reference through the guard.
+        unsafe { &mut *self.chan.queues.get() }
+    }
+}
+
+impl<T> Drop for Locked<'_, T> {
+    fn drop(&mut self) {
+        // SAFETY: this guard locked it.
+        unsafe { self.chan.lock.unlock() }
+    }
+}
+
+impl<T> Chan<T> {
+    pub(crate) fn new() -> Chan<T> {
+        Chan {
+            lock: SpindleLock::new(),
+            queues: UnsafeCell::new(Queues {
+                senders: VecDeque::new(),
+                receivers: VecDeque::new(),
+                disconnected: false,
+            }),
+            senders: AtomicUsize::new(1),
+            receivers: AtomicUsize::new(1),
+        }
+    }
+
+    fn lock(&self) -> Locked<'_, T> {
+        self.lock.lock();
+        Locked { chan: self }
+    }
+
+    pub(crate) fn is_disconnected(&self) -> bool {
+        self.lock().disconnected
+    }
+
+    pub(crate) fn send(&self, value: T, wait: Wait) -> Result<(), Failed<T>> {
+        let mut q = self.lock();
+        if q.disconnected {
+            return Err(Failed::Disconnected(value));
+        }
+        if let Some(r) = q.receivers.pop_front() {
+            // SAFETY: `r` was queued, so its owner does not read the value before it sees
+            // the settling store below.
+            unsafe { *r.value.get() = Some(value) };
+            r.settle(DONE);
+            drop(q);
+            r.wake();
+            return Ok(());
+        }
+        let Wait::Until(deadline) = wait else {
+            return Err(Failed::NoPartner(value));
+        };
+        let p = Packet::new(Some(value));
+        q.senders.push_back(p.clone());
+        drop(q);
+        let settled = p.wait(deadline) || {
+            let mut q = self.lock();
+            match q.senders.iter().position(|x| Arc::ptr_eq(x, &p)) {
+                Some(i) => {
+                    q.senders.remove(i);
+                    false
+                }
+                // Settled under the lock since the deadline passed.
+                None => true,
+            }
+        };
+        let how = p.state.load(Acquire);
+        if settled && how == DONE {
+            return Ok(());
+        }
+        // SAFETY: the packet left the queue unsettled by a receiver (removed above, or
+        // drained by the disconnection): its value is ours again.
+        let value = unsafe { p.take() }.expect("a sender's packet holds its value");
+        Err(if settled {
+            Failed::Disconnected(value)
+        } else {
+            Failed::NoPartner(value)
+        })
+    }
+
+    pub(crate) fn recv(&self, wait: Wait) -> Result<T, Failed<()>> {
+        let mut q = self.lock();
+        if let Some(s) = q.senders.pop_front() {
+            // SAFETY: `s` was queued: its owner does not touch the value before it sees the
+            // settling store below.
+            let value = unsafe { s.take() }.expect("a queued sender's packet holds its value");
+            s.settle(DONE);
+            drop(q);
+            s.wake();
+            return Ok(value);
+        }
+        if q.disconnected {
+            return Err(Failed::Disconnected(()));
+        }
+        let Wait::Until(deadline) = wait else {
+            return Err(Failed::NoPartner(()));
+        };
+        let p = Packet::new(None);
+        q.receivers.push_back(p.clone());
+        drop(q);
+        let settled = p.wait(deadline) || {
+            let mut q = self.lock();
+            match q.receivers.iter().position(|x| Arc::ptr_eq(x, &p)) {
+                Some(i) => {
+                    q.receivers.remove(i);
+                    false
+                }
+                None => true,
+            }
+        };
+        if !settled {
+            return Err(Failed::NoPartner(()));
+        }
+        match p.state.load(Acquire) {
+            // SAFETY: settled DONE by a sender, which wrote the value before its Release
+            // store; nobody touches the packet after settling it.
+            DONE => Ok(unsafe { p.take() }.expect("a settled receiver's packet holds a value")),
+            _ => Err(Failed::Disconnected(())),
+        }
+    }
+
+    /// Sets the flag and settles every blocked operation `DISCONNECTED`.
+    pub(crate) fn disconnect(&self) {
+        let mut q = self.lock();
+        q.disconnected = true;
+        let queues: &mut Queues<T> = &mut q;
+        let blocked: Vec<_> = queues
+            .senders
+            .drain(..)
+            .chain(queues.receivers.drain(..))
+            .collect();
+        for p in &blocked {
+            p.settle(DISCONNECTED);
+        }
+        drop(q);
+        for p in &blocked {
+            p.wake();
+        }
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use crate::mpmc::{channel, RecvTimeoutError, SendTimeoutError, TryRecvError};
+    use crate::time::Deadline;
+    use loom::thread;
+
+    /// A sender and a receiver meet, each possibly first: the value arrives once, and the
+    /// futex hand-over loses no wake-up (a lost one is a loom deadlock).
+    #[test]
+    fn rendezvous_send_meets_recv() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(|| {
+            let (tx, rx) = channel::<u32>(0);
+            let t = thread::spawn(move || tx.send(7).unwrap());
+            assert_eq!(rx.recv(), Ok(7));
+            t.join().unwrap();
+            assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+        });
+    }
+
+    /// A sender whose deadline passes while a receiver arrives: either the receiver gets the
+    /// value and the send succeeds, or the send times out with its value back and the
+    /// receiver, also out of time, gets nothing — never both, never neither with the value
+    /// lost.
+    #[test]
+    fn rendezvous_timeouts_race_the_partner() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(|| {
+            let (tx, rx) = channel::<u32>(0);
+            // Kept until the receive is over: the sender's end must not disconnect it.
+            let keep = tx.clone();
+            let t = thread::spawn(move || {
+                match tx.send_deadline(5, Some(Deadline::after(std::time::Duration::ZERO))) {
+                    Ok(()) => true,
+                    Err(SendTimeoutError::Timeout(5)) => false,
+                    Err(e) => panic!("unexpected {e:?}"),
+                }
+            });
+            let got = rx.recv_deadline(Some(Deadline::after(std::time::Duration::ZERO)));
+            drop(keep);
+            let sent = t.join().unwrap();
+            match got {
+                Ok(v) => assert!(sent && v == 5),
+                Err(RecvTimeoutError::Timeout) => assert!(!sent),
+                Err(e) => panic!("unexpected {e:?}"),
+            }
+        });
+    }
+
+    /// The last receiver goes while a sender is blocked: the sender gets its value back.
+    #[test]
+    fn rendezvous_disconnection_returns_the_value() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(|| {
+            let (tx, rx) = channel::<u32>(0);
+            let t = thread::spawn(move || tx.send(9));
+            drop(rx);
+            let r = t.join().unwrap();
+            assert_eq!(r.map_err(|e| e.into_inner()), Err(9));
+        });
+    }
+}
