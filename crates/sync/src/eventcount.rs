@@ -121,7 +121,8 @@
 //! row went unanswered (a producer that signals once a millisecond: every wait ends asleep,
 //! and the spin before it was CPU time thrown away) they poll 8 times, with a full spin every
 //! 16th wait so that a producer grown prompt again is noticed; one answered spin makes them
-//! full again. The lab's `rings` experiment measures both sides of the trade: the idle
+//! full again. A new event count's first wait spins in full and decides alone: answered, the
+//! spins stay full; not, they turn short at once. The lab's `rings` experiment measures both sides of the trade: the idle
 //! consumer's CPU time, and ping-pong on two CPUs and on one.
 //!
 //! **Why no wake-up is lost or late.** The producer's store to `V` and its load of `S` form
@@ -557,7 +558,8 @@ pub struct SpEventCount {
     /// bits 0..8 the *trust*, `SP_SPIN_TRUST` after a spin that was answered, one less after
     /// each full spin that was not (spins are short at 0); bits 8.. count the waits since the
     /// last full spin while spins are short. Written only when it changes: with a prompt
-    /// producer, never.
+    /// producer, never. A new event count starts at trust 1: its first wait spins in full,
+    /// and decides (a producer that answers it earns the full trust at once).
     spin: std::sync::atomic::AtomicU32,
 }
 
@@ -573,7 +575,7 @@ impl SpEventCount {
             late: std::sync::atomic::AtomicU64::new(0),
             barriers: std::sync::atomic::AtomicU64::new(0),
             yield_at: std::sync::atomic::AtomicU32::new(YIELD_AT),
-            spin: std::sync::atomic::AtomicU32::new(SP_SPIN_TRUST),
+            spin: std::sync::atomic::AtomicU32::new(1),
         }
     }
 
@@ -588,7 +590,7 @@ impl SpEventCount {
             late: std::sync::atomic::AtomicU64::new(0),
             barriers: std::sync::atomic::AtomicU64::new(0),
             yield_at: std::sync::atomic::AtomicU32::new(YIELD_AT),
-            spin: std::sync::atomic::AtomicU32::new(SP_SPIN_TRUST),
+            spin: std::sync::atomic::AtomicU32::new(1),
         }
     }
 
