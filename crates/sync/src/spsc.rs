@@ -302,6 +302,11 @@ impl<T> Producer<T> {
         self.capacity() - self.len()
     }
 
+    /// Whether the ring is full now (reads the consumer's index).
+    pub fn is_full(&self) -> bool {
+        self.slots() == 0
+    }
+
     /// Whether the consumer is gone.
     pub fn is_abandoned(&self) -> bool {
         self.shared.read.value() & GONE != 0
@@ -383,6 +388,24 @@ impl<T> Producer<T> {
             return Err(TooFew(free));
         }
         Ok(WriteChunkUninit { producer: self, n })
+    }
+
+    /// Up to `n` free slots holding `T::default()`, to overwrite in place and then commit
+    /// (rtrb's `write_chunk`: the defaults make the slots safe to hand out as `&mut [T]`).
+    /// Fails with the number of free slots if there are fewer than `n`.
+    pub fn write_chunk(&mut self, n: usize) -> Result<WriteChunk<'_, T>, TooFew>
+    where
+        T: Default,
+    {
+        let mut uninit = self.write_chunk_uninit(n)?;
+        let (a, b) = uninit.as_mut_slices();
+        for slot in a.iter_mut().chain(b.iter_mut()) {
+            slot.write(T::default());
+        }
+        Ok(WriteChunk {
+            producer: uninit.producer,
+            n,
+        })
     }
 
     /// Push copies of as many items of `items` as fit now; returns how many. One version
@@ -504,6 +527,90 @@ impl<T> WriteChunkUninit<'_, T> {
         // SAFETY: the first `written` slots were just initialised.
         unsafe { self.commit(written) };
         written
+    }
+}
+
+/// Free slots of a ring holding `T::default()`, to overwrite in place and then commit: see
+/// [`Producer::write_chunk`]. The values of slots not committed are dropped with the chunk.
+pub struct WriteChunk<'a, T> {
+    producer: &'a mut Producer<T>,
+    /// The slots from the producer's position that hold values this chunk owns.
+    n: usize,
+}
+
+impl<T> WriteChunk<'_, T> {
+    /// The chunk's slots as raw runs: (start, length) of each, the second empty unless the
+    /// chunk wraps.
+    fn runs(&self) -> ((*mut T, usize), (*mut T, usize)) {
+        let p = &*self.producer;
+        let first = self.n.min(p.capacity() - p.pos);
+        let base = p.shared.base().cast::<T>();
+        // SAFETY: `pos` < capacity, or both are 0: the offset stays in the slot array.
+        ((unsafe { base.add(p.pos) }, first), (base, self.n - first))
+    }
+
+    /// The chunk's values, in ring order: the second slice is empty unless the chunk wraps.
+    pub fn as_mut_slices(&mut self) -> (&mut [T], &mut [T]) {
+        let ((a, na), (b, nb)) = self.runs();
+        // SAFETY: the n slots from `pos` (wrapping) hold initialised values that only this
+        // producer may touch until it commits; the runs are disjoint and in bounds.
+        unsafe {
+            (
+                std::slice::from_raw_parts_mut(a, na),
+                std::slice::from_raw_parts_mut(b, nb),
+            )
+        }
+    }
+
+    /// The number of slots in the chunk.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// Whether the chunk has no slots.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Drops the values of the chunk's slots from `k` on, and keeps the first `k`.
+    fn truncate(&mut self, k: usize) {
+        let k = k.min(self.n);
+        let ((a, na), (b, _)) = self.runs();
+        let (from_a, from_b) = (k.min(na), k.saturating_sub(na));
+        // SAFETY: slots [k, n) hold initialised values this chunk owns; each is dropped once
+        // (`n` shrinks to `k` below, before anything else can see them).
+        unsafe {
+            std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(
+                a.add(from_a),
+                na - from_a,
+            ));
+            std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(
+                b.add(from_b),
+                self.n - na - from_b,
+            ));
+        }
+        self.n = k;
+    }
+
+    /// Push the first `n` values of the chunk (clamped to its length); the others are
+    /// dropped.
+    pub fn commit(mut self, n: usize) {
+        self.truncate(n);
+        let n = self.n;
+        self.n = 0; // the producer owns them now: nothing left for `Drop`
+        self.producer.commit(n);
+    }
+
+    /// Push every value of the chunk.
+    pub fn commit_all(self) {
+        let n = self.n;
+        self.commit(n);
+    }
+}
+
+impl<T> Drop for WriteChunk<'_, T> {
+    fn drop(&mut self) {
+        self.truncate(0);
     }
 }
 
@@ -937,6 +1044,52 @@ mod tests {
         chunk.commit_all();
         assert!(rx.is_empty());
         assert_eq!(rx.read_chunk(1).err(), Some(TooFew(0)));
+    }
+
+    /// rtrb's `write_chunk`: slots hold defaults, overwritten in place; a partial commit pushes
+    /// the first values and drops the rest, as does dropping the chunk; chunks wrap.
+    #[test]
+    fn spsc_write_chunk_of_defaults() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static DROPS: AtomicUsize = AtomicUsize::new(0);
+        #[derive(Default)]
+        struct D(u32);
+        impl Drop for D {
+            fn drop(&mut self) {
+                DROPS.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let (mut tx, mut rx) = ring::<D>(4);
+        assert!(!tx.is_full());
+        let mut chunk = tx.write_chunk(3).unwrap();
+        let (a, b) = chunk.as_mut_slices();
+        assert_eq!((a.len(), b.len()), (3, 0));
+        assert!(a.iter().all(|d| d.0 == 0));
+        a[0] = D(7); // the default it replaces is dropped: 1
+        a[1] = D(8); // 2
+        chunk.commit(2); // the third default is dropped: 3
+        assert_eq!(DROPS.load(Ordering::Relaxed), 3);
+        assert_eq!(rx.try_pop().unwrap().0, 7); // 4
+        assert_eq!(rx.try_pop().unwrap().0, 8); // 5
+                                                // From position 2: two slots at the end, two at the start.
+        let mut chunk = tx.write_chunk(4).unwrap();
+        let (a, b) = chunk.as_mut_slices();
+        assert_eq!((a.len(), b.len()), (2, 2));
+        b[1] = D(9); // 6
+        drop(chunk); // four values dropped, nothing pushed: 10
+        assert_eq!(DROPS.load(Ordering::Relaxed), 10);
+        assert!(rx.is_empty());
+        let mut chunk = tx.write_chunk(4).unwrap();
+        let (a, b) = chunk.as_mut_slices();
+        for (i, d) in a.iter_mut().chain(b.iter_mut()).enumerate() {
+            d.0 = i as u32 + 1; // in place: nothing dropped
+        }
+        chunk.commit_all();
+        assert!(tx.is_full());
+        assert!(tx.write_chunk(1).is_err());
+        let got: Vec<u32> = rx.read_chunk(4).unwrap().into_iter().map(|d| d.0).collect();
+        assert_eq!(got, [1, 2, 3, 4]); // four more dropped: 14
+        assert_eq!(DROPS.load(Ordering::Relaxed), 14);
     }
 
     #[test]
