@@ -390,9 +390,10 @@ impl<T> Producer<T> {
         Ok(WriteChunkUninit { producer: self, n })
     }
 
-    /// Up to `n` free slots holding `T::default()`, to overwrite in place and then commit
-    /// (rtrb's `write_chunk`: the defaults make the slots safe to hand out as `&mut [T]`).
-    /// Fails with the number of free slots if there are fewer than `n`.
+    /// `n` free slots holding `T::default()`, to overwrite in place and then commit (rtrb's
+    /// `write_chunk`: the defaults make the slots safe to hand out as `&mut [T]`). Fails with
+    /// the number of free slots if there are fewer than `n`. (Should `T::default()` panic, the
+    /// defaults made before it leak.)
     pub fn write_chunk(&mut self, n: usize) -> Result<WriteChunk<'_, T>, TooFew>
     where
         T: Default,
@@ -575,10 +576,13 @@ impl<T> WriteChunk<'_, T> {
     /// Drops the values of the chunk's slots from `k` on, and keeps the first `k`.
     fn truncate(&mut self, k: usize) {
         let k = k.min(self.n);
-        let ((a, na), (b, _)) = self.runs();
+        let ((a, na), (b, nb)) = self.runs();
         let (from_a, from_b) = (k.min(na), k.saturating_sub(na));
-        // SAFETY: slots [k, n) hold initialised values this chunk owns; each is dropped once
-        // (`n` shrinks to `k` below, before anything else can see them).
+        // Forget them first: should a value's `drop` panic, the unwinding drops the chunk
+        // again, which must not drop them a second time (the rest of them leak instead).
+        self.n = k;
+        // SAFETY: slots [k, n) held initialised values this chunk owned, and no longer counts
+        // as owning (above); each is dropped once.
         unsafe {
             std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(
                 a.add(from_a),
@@ -586,10 +590,9 @@ impl<T> WriteChunk<'_, T> {
             ));
             std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(
                 b.add(from_b),
-                self.n - na - from_b,
+                nb - from_b,
             ));
         }
-        self.n = k;
     }
 
     /// Push the first `n` values of the chunk (clamped to its length); the others are
@@ -1090,6 +1093,37 @@ mod tests {
         let got: Vec<u32> = rx.read_chunk(4).unwrap().into_iter().map(|d| d.0).collect();
         assert_eq!(got, [1, 2, 3, 4]); // four more dropped: 14
         assert_eq!(DROPS.load(Ordering::Relaxed), 14);
+    }
+
+    /// A value whose `drop` panics during a partial commit: the unwinding drops the chunk,
+    /// which must drop nothing twice (the values after the panicking one may leak).
+    #[test]
+    fn spsc_write_chunk_survives_a_panicking_drop() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static DROPS: [AtomicUsize; 4] = [const { AtomicUsize::new(0) }; 4];
+        #[derive(Default)]
+        struct P(usize);
+        impl Drop for P {
+            fn drop(&mut self) {
+                DROPS[self.0].fetch_add(1, Ordering::Relaxed);
+                if self.0 == 2 {
+                    panic!("drop of value 2");
+                }
+            }
+        }
+        let (mut tx, _rx) = ring::<P>(4);
+        let mut chunk = tx.write_chunk(4).unwrap();
+        let (a, _) = chunk.as_mut_slices();
+        for (i, p) in a.iter_mut().enumerate() {
+            std::mem::forget(std::mem::replace(p, P(i)));
+        }
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| chunk.commit(2)));
+        assert!(r.is_err());
+        assert!(
+            DROPS.iter().all(|d| d.load(Ordering::Relaxed) <= 1),
+            "a value dropped twice"
+        );
+        assert_eq!(DROPS[2].load(Ordering::Relaxed), 1);
     }
 
     #[test]
