@@ -861,11 +861,19 @@ fn claims(plan: &mut Plan<'_>, threads: usize) {
         .ratio("wake-spsc", "wake-futex")
         .at_most(1.1),
     );
-    plan.claim(
-        Claim::guarantee("mpmc-vs-crossbeam", format!("Spindle's mpmc moves messages with {threads} threads at least as fast as crossbeam-channel"))
-            .ratio("many-mpmc", "many-crossbeam")
+    for (id, peer, name) in [
+        ("mpmc-vs-crossbeam", "crossbeam", "crossbeam-channel"),
+        ("mpmc-vs-kanal", "kanal", "kanal"),
+    ] {
+        plan.claim(
+            Claim::guarantee(
+                id,
+                format!("Spindle's mpmc moves messages with {threads} threads at least as fast as {name}"),
+            )
+            .ratio("many-mpmc", format!("many-{peer}"))
             .at_most(1.0),
-    );
+        );
+    }
 }
 
 impl Experiment for Rings {
