@@ -57,6 +57,13 @@ use crate::lock::SpindleLock;
 use crate::primitives::{spin_loop, Arc, AtomicU32, AtomicUsize, Ordering::*};
 use crate::time::Deadline;
 
+/// A packet's value slot: under loom, loom's cell, so that the models check the ownership
+/// argument (every access ordered after the previous one by another thread).
+#[cfg(not(loom))]
+type ValueCell<T> = UnsafeCell<Option<T>>;
+#[cfg(loom)]
+type ValueCell<T> = loom::cell::UnsafeCell<Option<T>>;
+
 const WAITING: u32 = 0;
 const DONE: u32 = 1;
 const DISCONNECTED: u32 = 2;
@@ -84,7 +91,7 @@ pub(crate) enum Failed<T> {
 /// A blocked operation's packet.
 struct Packet<T> {
     state: AtomicU32,
-    value: UnsafeCell<Option<T>>,
+    value: ValueCell<T>,
     parking: Parking,
 }
 
@@ -92,7 +99,7 @@ impl<T> Packet<T> {
     fn new(value: Option<T>) -> Arc<Packet<T>> {
         Arc::new(Packet {
             state: AtomicU32::new(WAITING),
-            value: UnsafeCell::new(value),
+            value: ValueCell::new(value),
             parking: Parking::new(),
         })
     }
@@ -135,7 +142,26 @@ impl<T> Packet<T> {
     /// from its queue itself.
     unsafe fn take(&self) -> Option<T> {
         // SAFETY: the caller's contract: nobody else accesses the value any more.
-        unsafe { (*self.value.get()).take() }
+        unsafe { self.with_value(Option::take) }
+    }
+
+    /// Runs `f` on the value slot.
+    ///
+    /// # Safety
+    /// No other thread accesses the slot meanwhile: the caller owns it (see the invariants).
+    /// Under loom the access is recorded, and loom fails a model in which it is not ordered
+    /// after the previous access by another thread.
+    unsafe fn with_value<R>(&self, f: impl FnOnce(&mut Option<T>) -> R) -> R {
+        #[cfg(not(loom))]
+        {
+            // SAFETY: the caller's contract.
+            f(unsafe { &mut *self.value.get() })
+        }
+        #[cfg(loom)]
+        {
+            // SAFETY: as above.
+            self.value.with_mut(|p| f(unsafe { &mut *p }))
+        }
     }
 }
 
@@ -222,7 +248,7 @@ impl<T> Chan<T> {
         if let Some(r) = q.receivers.pop_front() {
             // SAFETY: `r` was queued, so its owner does not read the value before it sees
             // the settling store below.
-            unsafe { *r.value.get() = Some(value) };
+            unsafe { r.with_value(|v| *v = Some(value)) };
             r.settle(DONE);
             drop(q);
             r.wake();
