@@ -827,6 +827,14 @@ fn claims(plan: &mut Plan<'_>, threads: usize) {
             .at_most(0.5),
         );
     }
+    plan.claim(
+        g(
+            "spsc-pingpong-vs-rtrb",
+            "Spindle's spsc ping-pong between two CPUs costs at most 1.0 × rtrb's (which spins)",
+        )
+        .ratio("pingpong-spsc", "pingpong-rtrb")
+        .at_most(1.0),
+    );
     // On one CPU a hand-off needs a context switch (microseconds) where two CPUs exchange a
     // cache line (about a hundred nanoseconds), so the two-CPU round trip is no bound for it:
     // the comparison a user makes is with the peers on the same CPU, every one of them.
