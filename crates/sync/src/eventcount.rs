@@ -145,12 +145,12 @@
 //!    side of this asymmetric fence (a compiler barrier), the waiter's barrier the heavy side.
 //!    No signal can slip between them, so a waiter that sleeps is woken by the next signal's
 //!    futex wake, never by a timeout: no wake-up is lost, and none is late.
-//! 3. The barrier costs the waiter a system call (a microsecond or so) only when it is about
-//!    to sleep, which costs a futex sleep and wake anyway. The signal's fast path keeps its
-//!    store, load and branch. A waiter that slept after its barrier still
-//!    re-reads the version once a second: not part of the argument, a backstop should some
-//!    platform's barrier stop interrupting CPUs (whose result would then show in
-//!    [`SpEventCount::late_wakeups`] instead of as a waiter asleep for good).
+//! 3. The barrier costs the waiter a system call only when it is about to sleep, which costs a
+//!    futex sleep and wake anyway. The signal's fast path keeps its store, load and branch. A
+//!    waiter that slept after its barrier still re-reads the version once a second: not part of
+//!    the argument, a backstop should some platform's barrier stop interrupting CPUs (whose
+//!    result would then show in [`SpEventCount::late_wakeups`] instead of as a waiter asleep
+//!    for good).
 //!
 //! Where the only process-wide barrier is `membarrier(GLOBAL)`, which waits for an RCU grace
 //! period (milliseconds), the waiter does not issue it: it sleeps in naps of 4, 8, 16, … ms for
@@ -789,11 +789,9 @@ impl SpEventCount {
     /// [`crate::fence::heavy`] prefers, and the mprotect shoot-down where that is unavailable
     /// (`None` where neither works). Both interrupt every CPU running a thread of this
     /// process; membarrier interrupts no other CPU and costs one system call, where mprotect
-    /// costs two, a lock and a page fault, and may interrupt CPUs the process ran on before:
-    /// on a 2-vCPU Zen 4 guest, a consumer waiting for one message per millisecond spent about
-    /// 3 µs less CPU time per message with membarrier. (An earlier session on the same guest
-    /// saw membarrier slow the next wake-up enough to break the lab's `wake-sp` guarantee;
-    /// re-measured since, `wake-sp` holds with either.)
+    /// costs two, a lock and a page fault, and may interrupt CPUs the process ran on before.
+    /// The lab's `rings` experiment measures what a sleeping waiter costs (its idle
+    /// consumer), and its `eventcount` experiment the wake-up after such a barrier (`wake-sp`).
     #[cfg(all(target_arch = "x86_64", target_os = "linux", not(loom), not(miri)))]
     fn announcement_barrier() -> Option<crate::fence::Method> {
         use crate::fence::Method;

@@ -240,6 +240,32 @@ impl<T> Chan<T> {
         self.lock().disconnected
     }
 
+    /// Queues `p` in the queue `side` picks (the lock held as `q`), unlocks, and waits until a
+    /// partner or the disconnection settles it (true) or the deadline passes; then, under the
+    /// lock again, takes it out of the queue (false) unless it was settled meanwhile (true).
+    fn block(
+        &self,
+        mut q: Locked<'_, T>,
+        p: &Arc<Packet<T>>,
+        deadline: Option<Deadline>,
+        side: fn(&mut Queues<T>) -> &mut VecDeque<Arc<Packet<T>>>,
+    ) -> bool {
+        side(&mut q).push_back(p.clone());
+        drop(q);
+        p.wait(deadline) || {
+            let mut q = self.lock();
+            let queue = side(&mut q);
+            match queue.iter().position(|x| Arc::ptr_eq(x, p)) {
+                Some(i) => {
+                    queue.remove(i);
+                    false
+                }
+                // Settled under the lock since the deadline passed.
+                None => true,
+            }
+        }
+    }
+
     pub(crate) fn send(&self, value: T, wait: Wait) -> Result<(), Failed<T>> {
         let mut q = self.lock();
         if q.disconnected {
@@ -258,19 +284,7 @@ impl<T> Chan<T> {
             return Err(Failed::NoPartner(value));
         };
         let p = Packet::new(Some(value));
-        q.senders.push_back(p.clone());
-        drop(q);
-        let settled = p.wait(deadline) || {
-            let mut q = self.lock();
-            match q.senders.iter().position(|x| Arc::ptr_eq(x, &p)) {
-                Some(i) => {
-                    q.senders.remove(i);
-                    false
-                }
-                // Settled under the lock since the deadline passed.
-                None => true,
-            }
-        };
+        let settled = self.block(q, &p, deadline, |q| &mut q.senders);
         let how = p.state.load(Acquire);
         if settled && how == DONE {
             return Ok(());
@@ -303,18 +317,7 @@ impl<T> Chan<T> {
             return Err(Failed::NoPartner(()));
         };
         let p = Packet::new(None);
-        q.receivers.push_back(p.clone());
-        drop(q);
-        let settled = p.wait(deadline) || {
-            let mut q = self.lock();
-            match q.receivers.iter().position(|x| Arc::ptr_eq(x, &p)) {
-                Some(i) => {
-                    q.receivers.remove(i);
-                    false
-                }
-                None => true,
-            }
-        };
+        let settled = self.block(q, &p, deadline, |q| &mut q.receivers);
         if !settled {
             return Err(Failed::NoPartner(()));
         }

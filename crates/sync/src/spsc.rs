@@ -156,6 +156,16 @@ impl<T> Shared<T> {
         UnsafeCell::raw_get(self.slots.as_ptr())
     }
 
+    /// The `n ≤ capacity` slots from position `pos` in ring order, as raw runs (start and
+    /// length of each), the second empty unless they wrap: what the chunks hand out.
+    #[inline]
+    fn runs(&self, pos: usize, n: usize) -> ((*mut T, usize), (*mut T, usize)) {
+        let first = n.min(self.capacity() - pos);
+        let base = self.base().cast::<T>();
+        // SAFETY: `pos` < capacity, or both are 0: the offset stays in the slot array.
+        ((unsafe { base.add(pos) }, first), (base, n - first))
+    }
+
     /// The slot at `pos`, as a raw pointer.
     #[inline]
     fn slot(&self, pos: usize) -> *mut MaybeUninit<T> {
@@ -470,16 +480,14 @@ pub struct WriteChunkUninit<'a, T> {
 impl<T> WriteChunkUninit<'_, T> {
     /// The chunk's slots, in ring order: the second slice is empty unless the chunk wraps.
     pub fn as_mut_slices(&mut self) -> (&mut [MaybeUninit<T>], &mut [MaybeUninit<T>]) {
-        let p = &*self.producer;
-        let cap = p.capacity();
-        let first = self.n.min(cap - p.pos);
-        let base = p.shared.base();
+        let ((a, na), (b, nb)) = self.producer.shared.runs(self.producer.pos, self.n);
         // SAFETY: the n slots from `pos` (wrapping) are free and only this producer may touch
-        // them until it commits; the two ranges are disjoint and in bounds.
+        // them until it commits; the two runs are disjoint and in bounds, and
+        // `MaybeUninit<T>` has `T`'s layout.
         unsafe {
             (
-                std::slice::from_raw_parts_mut(base.add(p.pos), first),
-                std::slice::from_raw_parts_mut(base, self.n - first),
+                std::slice::from_raw_parts_mut(a.cast(), na),
+                std::slice::from_raw_parts_mut(b.cast(), nb),
             )
         }
     }
@@ -543,11 +551,7 @@ impl<T> WriteChunk<'_, T> {
     /// The chunk's slots as raw runs: (start, length) of each, the second empty unless the
     /// chunk wraps.
     fn runs(&self) -> ((*mut T, usize), (*mut T, usize)) {
-        let p = &*self.producer;
-        let first = self.n.min(p.capacity() - p.pos);
-        let base = p.shared.base().cast::<T>();
-        // SAFETY: `pos` < capacity, or both are 0: the offset stays in the slot array.
-        ((unsafe { base.add(p.pos) }, first), (base, self.n - first))
+        self.producer.shared.runs(self.producer.pos, self.n)
     }
 
     /// The chunk's values, in ring order: the second slice is empty unless the chunk wraps.
@@ -781,12 +785,7 @@ impl<'a, T> ReadChunk<'a, T> {
     /// unless the chunk wraps. Raw pointers from the slot array, so that `commit` may drop
     /// through them (a pointer taken from the `&[T]` of `as_slices` may not write).
     fn runs(&self) -> ((*mut T, usize), (*mut T, usize)) {
-        let c = &*self.consumer;
-        let cap = c.capacity();
-        let first = self.n.min(cap - c.pos);
-        let base = c.shared.base().cast::<T>();
-        // SAFETY: `pos` < capacity, so the offset stays in the slot array.
-        ((unsafe { base.add(c.pos) }, first), (base, self.n - first))
+        self.consumer.shared.runs(self.consumer.pos, self.n)
     }
 
     /// The chunk's items, oldest first: the second slice is empty unless the chunk wraps.

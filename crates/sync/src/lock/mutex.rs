@@ -279,11 +279,10 @@ const HANDOFF_TURN: u64 = 4;
 /// lab's runs slower than parking_lot's.
 #[cfg_attr(loom, allow(dead_code))]
 const HANDOFF_TURN_OVERSUBSCRIBED: u64 = 16;
-/// The longest oversubscribed turn, in spin budgets. It binds only when handoffs become
-/// slow for other reasons than the lock's own threads — a holder or claimant preempted by
-/// other processes — where the turn would otherwise follow the latency up to milliseconds
-/// and every waiter's wait with it. (On the 2-vCPU guest where it was set, the handoff
-/// latency at T = 4 × cores measured a few microseconds: the turn stays well under the cap.)
+/// The longest oversubscribed turn, in spin budgets: for handoffs slowed by other reasons
+/// than the lock's own threads — a holder or claimant preempted by other processes — where
+/// the turn would otherwise follow the measured latency up to milliseconds, and every
+/// waiter's wait with it.
 #[cfg_attr(loom, allow(dead_code))]
 const OVERSUBSCRIBED_TURN_BUDGETS: u32 = 8;
 
