@@ -3,7 +3,8 @@
 //! under oversubscription (2 to 4 threads per CPU) that counts what must never happen: a value
 //! received twice or never, a send that reports success for a value nobody received (or
 //! failure for one somebody did), a value dropped twice or leaked, and a stall (every blocking
-//! call has a 5 s patience; a healthy run never waits that long). No timing is asserted.
+//! call has a 5 s patience; a healthy run never waits that long unless the machine stops
+//! running the process, which `common::Heartbeat` tells). No timing is asserted.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 use spindle_sync::mpmc::{self, RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
 
 mod common;
-use common::{per_cpu, time_limit, Rng};
+use common::{per_cpu, time_limit, Heartbeat, Rng};
 
 const PATIENCE: Duration = Duration::from_secs(5);
 
@@ -166,6 +167,7 @@ fn rendezvous_stress_each_value_once() {
     let (tx, rx) = mpmc::channel::<Counted>(0);
     let drops = Arc::new(AtomicUsize::new(0));
     let stalls = AtomicU64::new(0);
+    let heartbeat = &Heartbeat::start();
     let senders_done = AtomicUsize::new(0);
     // Per sender: the number of values whose send succeeded and the sum of their sequence
     // numbers, and the same for what the receivers got.
@@ -197,13 +199,17 @@ fn rendezvous_stress_each_value_once() {
                         1 => tx
                             .send_timeout(value, Duration::from_micros(rng.below(50)))
                             .is_ok(),
-                        _ => match tx.send_timeout(value, PATIENCE) {
-                            Ok(()) => true,
-                            Err(SendTimeoutError::Timeout(_)) => {
-                                stalls.fetch_add(1, Relaxed);
+                        // (when the call started, its result)
+                        _ => match (Instant::now(), tx.send_timeout(value, PATIENCE)) {
+                            (_, Ok(())) => true,
+                            (t0, Err(SendTimeoutError::Timeout(_))) => {
+                                let what = format!("sender {id}");
+                                if !heartbeat.excuses(&what, t0, PATIENCE) {
+                                    stalls.fetch_add(1, Relaxed);
+                                }
                                 false
                             }
-                            Err(SendTimeoutError::Disconnected(_)) => false,
+                            (_, Err(SendTimeoutError::Disconnected(_))) => false,
                         },
                     };
                     if ok {
@@ -235,12 +241,15 @@ fn rendezvous_stress_each_value_once() {
                             Err(RecvTimeoutError::Disconnected) => break,
                             Err(RecvTimeoutError::Timeout) => {}
                         },
-                        _ => match rx.recv_timeout(PATIENCE) {
-                            Ok(v) => take(v),
-                            Err(RecvTimeoutError::Disconnected) => break,
+                        _ => match (Instant::now(), rx.recv_timeout(PATIENCE)) {
+                            (_, Ok(v)) => take(v),
+                            (_, Err(RecvTimeoutError::Disconnected)) => break,
                             // Senders still running never leave a receiver waiting that long.
-                            Err(RecvTimeoutError::Timeout) => {
-                                if senders_done.load(SeqCst) < senders {
+                            (t0, Err(RecvTimeoutError::Timeout)) => {
+                                let what = format!("receiver {id}");
+                                if senders_done.load(SeqCst) < senders
+                                    && !heartbeat.excuses(&what, t0, PATIENCE)
+                                {
                                     stalls.fetch_add(1, Relaxed);
                                 }
                             }
