@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use spindle_sync::mpmc::{self, RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
 
 mod common;
-use common::{per_cpu, time_limit, Heartbeat, Rng};
+use common::{per_cpu, time_limit, Rng};
 
 const PATIENCE: Duration = Duration::from_secs(5);
 
@@ -167,7 +167,7 @@ fn rendezvous_stress_each_value_once() {
     let (tx, rx) = mpmc::channel::<Counted>(0);
     let drops = Arc::new(AtomicUsize::new(0));
     let stalls = AtomicU64::new(0);
-    let heartbeat = &Heartbeat::start();
+    let heartbeat = common::heartbeat();
     let senders_done = AtomicUsize::new(0);
     // Per sender: the number of values whose send succeeded and the sum of their sequence
     // numbers, and the same for what the receivers got.

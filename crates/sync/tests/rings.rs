@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use spindle_sync::{mpmc, spsc};
 
 mod common;
-use common::{time_limit, Heartbeat, Rng};
+use common::{time_limit, Rng};
 
 const PATIENCE: Duration = Duration::from_secs(5);
 
@@ -55,7 +55,7 @@ struct Tally {
 
 impl Tally {
     /// A blocking call that started at `t0` waited out its patience.
-    fn stall(&self, heartbeat: &Heartbeat, what: &str, t0: Instant) {
+    fn stall(&self, heartbeat: &common::Heartbeat, what: &str, t0: Instant) {
         if heartbeat.excuses(what, t0, PATIENCE) {
             self.excused.fetch_add(1, Relaxed);
         } else {
@@ -118,7 +118,7 @@ fn spsc_ring_stress_order_no_loss_no_lost_wakeup() {
     let budget = AtomicU64::new(messages());
     let started = Instant::now();
     let tally = Tally::default();
-    let heartbeat = &Heartbeat::start();
+    let heartbeat = common::heartbeat();
     let sent_total = AtomicU64::new(0);
     std::thread::scope(|s| {
         for p in 0..pairs {
@@ -238,7 +238,7 @@ fn mpmc_channel_stress_no_loss_no_dup_no_lost_wakeup() {
     let budget = AtomicU64::new(messages());
     let started = Instant::now();
     let tally = Tally::default();
-    let heartbeat = &Heartbeat::start();
+    let heartbeat = common::heartbeat();
     let sent: Vec<Digest> = std::thread::scope(|s| {
         let mut handles = Vec::new();
         let mut receiver_handles = Vec::new();

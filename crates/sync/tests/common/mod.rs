@@ -44,58 +44,54 @@ impl Rng {
 }
 
 /// A witness for the stress tests' stall verdicts. A blocking call that waits out its patience
-/// (5 s) is counted as a lost wake-up: nothing in a healthy run waits that long, *if the
+/// (seconds) is counted as a lost wake-up: nothing in a healthy run waits that long, *if the
 /// process runs*. A machine that stops running the process for seconds (a paused or
-/// overcommitted virtual machine: CI once saw one sender and one receiver time out together,
-/// and nothing of the kind since) makes every blocked call time out without any wake-up lost.
+/// overcommitted virtual machine: CI once saw one sender and one receiver of a channel time
+/// out together in a run 5 s longer than usual, the signature that stopping the process with
+/// SIGSTOP for 6 s reproduces) makes blocked calls time out without any wake-up lost.
 ///
 /// The heartbeat is a thread that sleeps 1 ms at a time and records each gap between two of
-/// its wake-ups longer than [`Heartbeat::GAP`]: a sleeping thread that is woken by its timer
-/// runs within milliseconds even on a CPU shared with many runnable threads, so a gap of
-/// hundreds of milliseconds means the process (or the machine) was not running.
-/// [`Heartbeat::frozen`] says how much of an interval fell in such gaps; a test excuses a
-/// timeout only if the process was frozen for at least half of its patience, and reports it.
+/// its wake-ups longer than [`Heartbeat::GAP`]: a sleeping thread woken by its timer runs
+/// within milliseconds even on a CPU shared with many runnable threads, so a gap of hundreds
+/// of milliseconds means the process (or the machine) was not running. A test excuses a
+/// timeout only if the process was frozen for at least half of its patience, and prints it.
 pub struct Heartbeat {
-    inner: std::sync::Arc<HeartbeatInner>,
+    gaps: std::sync::Mutex<Vec<(std::time::Instant, std::time::Instant)>>,
 }
 
-struct HeartbeatInner {
-    stop: std::sync::atomic::AtomicBool,
-    gaps: std::sync::Mutex<Vec<(std::time::Instant, std::time::Instant)>>,
+/// The process's heartbeat, started by the first call: call it when a test starts, so that it
+/// runs before anything it may have to excuse.
+pub fn heartbeat() -> &'static Heartbeat {
+    static HEARTBEAT: std::sync::OnceLock<&'static Heartbeat> = std::sync::OnceLock::new();
+    HEARTBEAT.get_or_init(|| {
+        let hb: &'static Heartbeat = Box::leak(Box::new(Heartbeat {
+            gaps: std::sync::Mutex::new(Vec::new()),
+        }));
+        std::thread::spawn(move || {
+            let mut last = std::time::Instant::now();
+            loop {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                let now = std::time::Instant::now();
+                if now - last > Heartbeat::GAP {
+                    hb.gaps.lock().unwrap().push((last, now));
+                }
+                last = now;
+            }
+        });
+        hb
+    })
 }
 
 impl Heartbeat {
     /// Gaps longer than this count as the process being frozen.
     pub const GAP: std::time::Duration = std::time::Duration::from_millis(250);
 
-    pub fn start() -> Heartbeat {
-        let inner = std::sync::Arc::new(HeartbeatInner {
-            stop: std::sync::atomic::AtomicBool::new(false),
-            gaps: std::sync::Mutex::new(Vec::new()),
-        });
-        let i = inner.clone();
-        std::thread::spawn(move || {
-            let mut last = std::time::Instant::now();
-            while !i.stop.load(std::sync::atomic::Ordering::Relaxed) {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-                let now = std::time::Instant::now();
-                if now - last > Self::GAP {
-                    i.gaps.lock().unwrap().push((last, now));
-                }
-                last = now;
-            }
-        });
-        Heartbeat { inner }
-    }
-
-    /// How much of `[from, to]` fell in gaps of the heartbeat. A gap still open at `to` is
-    /// not seen: call this after the heartbeat has had a moment to wake (the test does it
-    /// after the timed-out call returned, which means the process runs again).
-    pub fn frozen(&self, from: std::time::Instant, to: std::time::Instant) -> std::time::Duration {
-        // Give a gap that ended just now time to be recorded.
+    /// How much of `[from, now]` fell in gaps of the heartbeat (after a moment for a gap that
+    /// has just ended to be recorded: the caller runs, so the process does).
+    pub fn frozen_since(&self, from: std::time::Instant) -> std::time::Duration {
         std::thread::sleep(std::time::Duration::from_millis(5));
-        self.inner
-            .gaps
+        let to = std::time::Instant::now();
+        self.gaps
             .lock()
             .unwrap()
             .iter()
@@ -103,34 +99,26 @@ impl Heartbeat {
             .sum()
     }
 
-    /// Whether a call that started at `from` and timed out after `patience` may be excused:
-    /// the process was frozen for at least half of it. Prints what it decided.
+    /// Whether a wait that started at `from` and ran out of `patience` is excused: the process
+    /// was frozen for at least half of it. Prints what it decided, naming the waiter `what`.
     pub fn excuses(
         &self,
         what: &str,
         from: std::time::Instant,
         patience: std::time::Duration,
     ) -> bool {
-        let to = std::time::Instant::now();
-        let frozen = self.frozen(from, to);
+        let frozen = self.frozen_since(from);
         let excused = frozen * 2 >= patience;
         eprintln!(
-            "stall: {what} waited {:?}; the process was frozen for {frozen:?} of it{}",
-            to - from,
+            "stall: {what} waited {:?} (patience {patience:?}); the process was frozen for \
+             {frozen:?} of it{}",
+            from.elapsed(),
             if excused {
-                " (excused: the machine did not run us)"
+                ": excused, the machine did not run us"
             } else {
                 ""
             }
         );
         excused
-    }
-}
-
-impl Drop for Heartbeat {
-    fn drop(&mut self) {
-        self.inner
-            .stop
-            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
