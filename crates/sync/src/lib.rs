@@ -86,6 +86,7 @@ mod channel;
 pub mod eventcount;
 pub mod fence;
 pub mod futex;
+mod list;
 pub mod lock;
 pub mod mpmc;
 #[cfg(not(loom))]

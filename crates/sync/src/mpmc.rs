@@ -1,6 +1,7 @@
 //! A bounded many-producer many-consumer channel that blocks through [`EventCount`]s, and
 //! costs one atomic read-modify-write per operation when nobody waits. Capacity 0 makes a
-//! rendezvous channel, as crossbeam-channel's `bounded(0)` (see [`channel`]).
+//! rendezvous channel, as crossbeam-channel's `bounded(0)` (see [`channel`]); [`unbounded`]
+//! makes one whose sends never block, as crossbeam-channel's `unbounded()`.
 //!
 //! ```
 //! use spindle_sync::mpmc;
@@ -48,7 +49,8 @@
 //!                               if RECEIVERS_WAIT was in t: not_empty.increment()
 //!     s == t + 1 − one_lap:   the slot holds last lap's item: Full if head == t − one_lap,
 //!                             else its receiver is still moving it out (spin a little)
-//!     otherwise:    another sender took t: reload tail
+//!     otherwise:    another sender took t: reload tail (unchanged: last lap's sender of
+//!                   this slot is still writing it: in flight, as above)
 //! ```
 //!
 //! **One read-modify-write.** The CAS that claims the index is the only one. Waking is paid
@@ -191,6 +193,31 @@ pub fn channel<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
     )
 }
 
+/// A new unbounded channel, as crossbeam-channel's `unbounded()`: sends never block (nor fail,
+/// while a receiver exists); receivers block while it is empty. Values live in a linked list
+/// of blocks of 31 (protocol in the crate's `list.rs`); `capacity()` is `None`.
+///
+/// ```
+/// let (tx, rx) = spindle_sync::mpmc::unbounded::<u32>();
+/// for i in 0..1000 {
+///     tx.send(i).unwrap(); // never blocks
+/// }
+/// assert_eq!(rx.len(), 1000);
+/// drop(tx);
+/// assert_eq!(rx.iter().sum::<u32>(), 999 * 1000 / 2);
+/// ```
+pub fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
+    let chan = Arc::new(crate::list::Chan::new());
+    (
+        Sender {
+            flavor: Flavor::List(chan.clone()),
+        },
+        Receiver {
+            flavor: Flavor::List(chan),
+        },
+    )
+}
+
 struct Slot<T> {
     stamp: AtomicU64,
     value: UnsafeCell<MaybeUninit<T>>,
@@ -286,9 +313,18 @@ impl<T> Chan<T> {
                 spin_loop();
                 tail = self.tail.load(Relaxed);
             } else {
-                // Another sender claimed `idx` since we loaded `tail`.
+                // Another sender claimed `idx` since we loaded `tail`, or last lap's sender of
+                // this slot is still writing it (claimed, stamp not stored): then `tail` stays
+                // put, and that sender is in flight.
                 spin_loop();
-                tail = self.tail.load(Relaxed);
+                let t = self.tail.load(Relaxed);
+                if t == tail {
+                    spins += 1;
+                    if spins > IN_FLIGHT_SPINS {
+                        return Err(Blocked::InFlight(value));
+                    }
+                }
+                tail = t;
             }
         }
     }
@@ -336,9 +372,18 @@ impl<T> Chan<T> {
                 spin_loop();
                 head = self.head.load(Relaxed);
             } else {
-                // Another receiver claimed `idx` since we loaded `head`.
+                // Another receiver claimed `idx` since we loaded `head`, or last lap's receiver
+                // of this slot is still moving its value out: then `head` stays put, and that
+                // receiver is in flight.
                 spin_loop();
-                head = self.head.load(Relaxed);
+                let h = self.head.load(Relaxed);
+                if h == head {
+                    spins += 1;
+                    if spins > IN_FLIGHT_SPINS {
+                        return Err(Blocked::InFlight(()));
+                    }
+                }
+                head = h;
             }
         }
     }
@@ -404,7 +449,8 @@ impl<T> Chan<T> {
             match self.try_send(value) {
                 Err(Blocked::InFlight(v)) => {
                     value = v;
-                    settle(&mut pauses);
+                    pauses += 1;
+                    settle(pauses);
                 }
                 r => return r,
             }
@@ -416,7 +462,10 @@ impl<T> Chan<T> {
         let mut pauses = 0;
         loop {
             match self.try_recv() {
-                Err(Blocked::InFlight(())) => settle(&mut pauses),
+                Err(Blocked::InFlight(())) => {
+                    pauses += 1;
+                    settle(pauses);
+                }
                 r => return r,
             }
         }
@@ -447,18 +496,17 @@ impl<T> Chan<T> {
     }
 }
 
-/// One pause of a `try_*` that found the other side of its slot in flight (claimed, not yet
-/// written or moved out): a few `sched_yield`s, for an operation that shares our CPU, then
+/// The `pause`-th pause (from 1) of a `try_*` that found the other side of its slot in flight
+/// (claimed, not yet written or moved out): a few `sched_yield`s, for an operation that shares our CPU, then
 /// naps of 50 µs doubling to 1 ms, for one whose thread was preempted in that window of a few
 /// instructions. (crossbeam-channel's `try_recv` waits the same way: answering `Empty` while
 /// a completed send's value sits behind a slot in flight is not linearizable.)
-fn settle(pauses: &mut u32) {
-    *pauses += 1;
-    if cfg!(loom) || *pauses <= 4 {
+pub(crate) fn settle(pause: u32) {
+    if cfg!(loom) || pause <= 4 {
         yield_now();
         return;
     }
-    let micros = 50u64 << (*pauses - 5).min(5);
+    let micros = 50u64 << (pause - 5).min(5);
     std::thread::sleep(Duration::from_micros(micros.min(1000)));
 }
 
@@ -515,10 +563,12 @@ pub struct Receiver<T> {
     flavor: Flavor<T>,
 }
 
-/// A channel with slots (the protocol above), or a rendezvous (capacity 0).
+/// A channel with slots (the protocol above), a rendezvous (capacity 0), or an unbounded list
+/// of blocks (`list.rs`).
 enum Flavor<T> {
     Array(Arc<Chan<T>>),
     Zero(Arc<crate::rendezvous::Chan<T>>),
+    List(Arc<crate::list::Chan<T>>),
 }
 
 impl<T> Clone for Flavor<T> {
@@ -526,15 +576,18 @@ impl<T> Clone for Flavor<T> {
         match self {
             Flavor::Array(c) => Flavor::Array(c.clone()),
             Flavor::Zero(c) => Flavor::Zero(c.clone()),
+            Flavor::List(c) => Flavor::List(c.clone()),
         }
     }
 }
 
 impl<T> Flavor<T> {
-    fn capacity(&self) -> usize {
+    /// `None`: unbounded.
+    fn capacity(&self) -> Option<usize> {
         match self {
-            Flavor::Array(c) => c.capacity(),
-            Flavor::Zero(_) => 0,
+            Flavor::Array(c) => Some(c.capacity()),
+            Flavor::Zero(_) => Some(0),
+            Flavor::List(_) => None,
         }
     }
 
@@ -542,19 +595,35 @@ impl<T> Flavor<T> {
         match self {
             Flavor::Array(c) => c.len(),
             Flavor::Zero(_) => 0,
+            Flavor::List(c) => c.len(),
         }
+    }
+
+    fn is_full(&self) -> bool {
+        self.capacity() == Some(self.len())
     }
 
     fn is_disconnected(&self) -> bool {
         match self {
             Flavor::Array(c) => c.tail.load(SeqCst) & DISCONNECTED != 0,
             Flavor::Zero(c) => c.is_disconnected(),
+            Flavor::List(c) => c.is_disconnected(),
+        }
+    }
+
+    /// The handle counters: senders, receivers.
+    fn counts(&self) -> (&AtomicUsize, &AtomicUsize) {
+        match self {
+            Flavor::Array(c) => (&c.senders, &c.receivers),
+            Flavor::Zero(c) => (&c.senders, &c.receivers),
+            Flavor::List(c) => (&c.senders, &c.receivers),
         }
     }
 
     fn send(&self, value: T, deadline: Option<Deadline>) -> Result<(), SendTimeoutError<T>> {
         match self {
             Flavor::Array(c) => c.send_deadline(value, deadline),
+            Flavor::List(c) => c.send(value).map_err(SendTimeoutError::Disconnected),
             Flavor::Zero(c) => c.send(value, Wait::Until(deadline)).map_err(|e| match e {
                 Failed::NoPartner(v) => SendTimeoutError::Timeout(v),
                 Failed::Disconnected(v) => SendTimeoutError::Disconnected(v),
@@ -569,6 +638,10 @@ impl<T> Flavor<T> {
                 Failed::NoPartner(()) => RecvTimeoutError::Timeout,
                 Failed::Disconnected(()) => RecvTimeoutError::Disconnected,
             }),
+            Flavor::List(c) => c.recv(deadline).map_err(|e| match e {
+                None => RecvTimeoutError::Timeout,
+                Some(_) => RecvTimeoutError::Disconnected,
+            }),
         }
     }
 }
@@ -578,9 +651,11 @@ impl<T> Sender<T> {
     /// receiver has claimed but not yet moved out is waited for (a few instructions, or naps
     /// if that receiver's thread was preempted in between), as crossbeam-channel does.
     ///
-    /// On a rendezvous channel (capacity 0), `Full` unless a receiver is blocked in `recv`.
+    /// On a rendezvous channel (capacity 0), `Full` unless a receiver is blocked in `recv`;
+    /// on an [`unbounded`] one, never `Full`.
     pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
         match &self.flavor {
+            Flavor::List(c) => c.send(value).map_err(TrySendError::Disconnected),
             Flavor::Array(c) => c.try_send_settled(value).map_err(|e| match e {
                 Blocked::Settled(v) | Blocked::InFlight(v) => TrySendError::Full(v),
                 Blocked::Disconnected(v) => TrySendError::Disconnected(v),
@@ -613,10 +688,10 @@ impl<T> Sender<T> {
         self.flavor.send(value, deadline)
     }
 
-    /// The number of slots: `Some`, as crossbeam-channel says of a bounded channel (`Some(0)`
-    /// for a rendezvous).
+    /// The number of slots, as crossbeam-channel says: `Some` for a bounded channel (`Some(0)`
+    /// for a rendezvous), `None` for an [`unbounded`] one.
     pub fn capacity(&self) -> Option<usize> {
-        Some(self.flavor.capacity())
+        self.flavor.capacity()
     }
 
     /// Values in the channel now (always 0 in a rendezvous).
@@ -629,9 +704,10 @@ impl<T> Sender<T> {
         self.len() == 0
     }
 
-    /// Whether the channel is full now (a rendezvous always is, as crossbeam-channel's).
+    /// Whether the channel is full now (a rendezvous always is, as crossbeam-channel's; an
+    /// unbounded one never).
     pub fn is_full(&self) -> bool {
-        self.len() == self.flavor.capacity()
+        self.flavor.is_full()
     }
 
     /// Whether the other side (every receiver) is gone.
@@ -652,6 +728,10 @@ impl<T> Receiver<T> {
             Flavor::Array(c) => c.try_recv_settled().map_err(|e| match e {
                 Blocked::Settled(()) | Blocked::InFlight(()) => TryRecvError::Empty,
                 Blocked::Disconnected(()) => TryRecvError::Disconnected,
+            }),
+            Flavor::List(c) => c.try_recv().map_err(|e| match e {
+                crate::list::Nothing::Empty => TryRecvError::Empty,
+                crate::list::Nothing::Disconnected => TryRecvError::Disconnected,
             }),
             Flavor::Zero(c) => c.recv(Wait::No).map_err(|e| match e {
                 Failed::NoPartner(()) => TryRecvError::Empty,
@@ -688,10 +768,10 @@ impl<T> Receiver<T> {
         TryIter { rx: self }
     }
 
-    /// The number of slots: `Some`, as crossbeam-channel says of a bounded channel (`Some(0)`
-    /// for a rendezvous).
+    /// The number of slots, as crossbeam-channel says: `Some` for a bounded channel (`Some(0)`
+    /// for a rendezvous), `None` for an [`unbounded`] one.
     pub fn capacity(&self) -> Option<usize> {
-        Some(self.flavor.capacity())
+        self.flavor.capacity()
     }
 
     /// Values in the channel now (always 0 in a rendezvous).
@@ -704,9 +784,10 @@ impl<T> Receiver<T> {
         self.len() == 0
     }
 
-    /// Whether the channel is full now (a rendezvous always is, as crossbeam-channel's).
+    /// Whether the channel is full now (a rendezvous always is, as crossbeam-channel's; an
+    /// unbounded one never).
     pub fn is_full(&self) -> bool {
-        self.len() == self.flavor.capacity()
+        self.flavor.is_full()
     }
 
     /// Whether the other side (every sender) is gone.
@@ -717,10 +798,7 @@ impl<T> Receiver<T> {
 
 impl<T> Clone for Sender<T> {
     fn clone(&self) -> Self {
-        match &self.flavor {
-            Flavor::Array(c) => c.senders.fetch_add(1, Relaxed),
-            Flavor::Zero(c) => c.senders.fetch_add(1, Relaxed),
-        };
+        self.flavor.counts().0.fetch_add(1, Relaxed);
         Sender {
             flavor: self.flavor.clone(),
         }
@@ -729,10 +807,7 @@ impl<T> Clone for Sender<T> {
 
 impl<T> Clone for Receiver<T> {
     fn clone(&self) -> Self {
-        match &self.flavor {
-            Flavor::Array(c) => c.receivers.fetch_add(1, Relaxed),
-            Flavor::Zero(c) => c.receivers.fetch_add(1, Relaxed),
-        };
+        self.flavor.counts().1.fetch_add(1, Relaxed);
         Receiver {
             flavor: self.flavor.clone(),
         }
@@ -741,17 +816,13 @@ impl<T> Clone for Receiver<T> {
 
 impl<T> Drop for Sender<T> {
     fn drop(&mut self) {
+        if self.flavor.counts().0.fetch_sub(1, AcqRel) != 1 {
+            return;
+        }
         match &self.flavor {
-            Flavor::Array(c) => {
-                if c.senders.fetch_sub(1, AcqRel) == 1 {
-                    c.disconnect();
-                }
-            }
-            Flavor::Zero(c) => {
-                if c.senders.fetch_sub(1, AcqRel) == 1 {
-                    c.disconnect();
-                }
-            }
+            Flavor::Array(c) => c.disconnect(),
+            Flavor::Zero(c) => c.disconnect(),
+            Flavor::List(c) => c.disconnect(),
         }
     }
 }
@@ -763,21 +834,19 @@ impl<T> Drop for Receiver<T> {
     /// sender can claim an index (its CAS compares the whole `tail` word), so the values to drop
     /// are those of the indices claimed before; a sender still writing one is waited for.
     fn drop(&mut self) {
+        if self.flavor.counts().1.fetch_sub(1, AcqRel) != 1 {
+            return;
+        }
         match &self.flavor {
             Flavor::Array(c) => {
-                if c.receivers.fetch_sub(1, AcqRel) == 1 {
-                    c.disconnect();
-                    while let Ok(value) = c.try_recv_settled() {
-                        drop(value);
-                    }
+                c.disconnect();
+                while let Ok(value) = c.try_recv_settled() {
+                    drop(value);
                 }
             }
             // A rendezvous holds no values: blocked senders get theirs back.
-            Flavor::Zero(c) => {
-                if c.receivers.fetch_sub(1, AcqRel) == 1 {
-                    c.disconnect();
-                }
-            }
+            Flavor::Zero(c) => c.disconnect(),
+            Flavor::List(c) => c.disconnect_receivers(),
         }
     }
 }
