@@ -26,7 +26,8 @@
 //! try_recv:
 //!   h = load(head); offset(h) == gap → wait, reload
 //!   b = load(head.block)
-//!   t = load(tail); index(t) == h → Empty (or Disconnected if the flag is in t)
+//!   h below tail_seen (a tail index loaded before) → claimed by a sender: go on; else
+//!   t = load(tail); index(t) == h → Empty (or Disconnected if the flag is in t); tail_seen = t
 //!   CAS(head, h → h + 1)                                                   // the claim
 //!   claimed the last slot → wait for b.next; store(head.block, next); head = h + 2
 //!   wait for WRITTEN (the sender may be in flight: spin, yield, nap); move the value out
@@ -68,6 +69,12 @@
 //! released by the sender and acquired by the reader, `READ` and `DESTROY` are `AcqRel`, so
 //! the destroyer's `free` comes after every reader's move-out. The flag argument uses only
 //! `tail`'s modification order.
+//!
+//! **`tail_seen`.** Receivers load `tail`, whose line the senders keep writing, only when
+//! their index reaches the tail index some receiver loaded last (kept in `head`'s line): below
+//! it, the index was claimed by a sender, which is all a claim needs (the value is waited for).
+//! A receiver storing an older value than another's only makes the bound lower: it stays a
+//! lower bound of `tail`. `Empty` is still decided by a load of `tail` itself.
 //!
 //! **Linearisation points.** A send: its CAS; a receive: its CAS; `Empty`: the load of `tail`
 //! that showed `head`'s index.
@@ -235,6 +242,10 @@ fn pause(pauses: &mut u32) {
 struct Position<T> {
     index: AtomicU64,
     block: AtomicPtr<Block<T>>,
+    /// In `head`: the tail index some receiver loaded last (a lower bound of the tail, since
+    /// the tail only grows), so that receivers behind it claim without loading `tail`, whose
+    /// line the senders keep writing. Unused in `tail`.
+    tail_seen: AtomicU64,
 }
 
 pub(crate) struct Chan<T> {
@@ -269,10 +280,12 @@ impl<T> Chan<T> {
             tail: CachePadded(Position {
                 index: AtomicU64::new(0),
                 block: AtomicPtr::new(first),
+                tail_seen: AtomicU64::new(0),
             }),
             head: CachePadded(Position {
                 index: AtomicU64::new(0),
                 block: AtomicPtr::new(first),
+                tail_seen: AtomicU64::new(0),
             }),
             not_empty: CachePadded(EventCount::new()),
             senders: AtomicUsize::new(1),
@@ -349,13 +362,17 @@ impl<T> Chan<T> {
                 continue;
             }
             let block = self.head.block.load(Acquire);
-            let tail = self.tail.index.load(SeqCst);
-            if tail >> SHIFT == idx {
-                return Err(if tail & DISCONNECTED != 0 {
-                    Nothing::Disconnected
-                } else {
-                    Nothing::Empty
-                });
+            // Claimed by a sender? Below a tail index seen before, surely; else look.
+            if idx >= self.head.tail_seen.load(Relaxed) {
+                let tail = self.tail.index.load(SeqCst);
+                if tail >> SHIFT == idx {
+                    return Err(if tail & DISCONNECTED != 0 {
+                        Nothing::Disconnected
+                    } else {
+                        Nothing::Empty
+                    });
+                }
+                self.head.tail_seen.store(tail >> SHIFT, Relaxed);
             }
             match self
                 .head

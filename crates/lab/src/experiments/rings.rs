@@ -776,6 +776,97 @@ fn wake_section<'a>(plan: &mut Plan<'a>, pin: Cpus<'a>, ticks_per_ns: f64) {
     }
 }
 
+/// An unbounded channel as a [`Peer`] (`make` ignores the capacity): `$make()` gives the
+/// ends, whose `send` and `recv` return `Result`s.
+macro_rules! unbounded_peer {
+    ($name:ident, $tx:ident, $rx:ident, $make:path) => {
+        struct $name;
+        impl Peer for $name {
+            type Tx<T: Send + 'static> = $tx<T>;
+            type Rx<T: Send + 'static> = $rx<T>;
+            const BLOCKS: bool = true;
+            fn make<T: Send + 'static>(_: usize) -> (Self::Tx<T>, Self::Rx<T>) {
+                $make()
+            }
+            #[inline]
+            fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) {
+                tx.send(v).unwrap_or_else(|_| panic!("receivers gone"));
+            }
+            #[inline]
+            fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> T {
+                rx.recv().expect("senders gone")
+            }
+        }
+    };
+}
+
+use crossbeam_channel::{Receiver as CbRx, Sender as CbTx};
+use flume::{Receiver as FlumeRx, Sender as FlumeTx};
+use kanal::{Receiver as KanalRx, Sender as KanalTx};
+use mpmc::{Receiver as MpmcRx, Sender as MpmcTx};
+use std::sync::mpsc::{Receiver as StdRx, Sender as StdTx};
+unbounded_peer!(SpindleUnbounded, MpmcTx, MpmcRx, mpmc::unbounded);
+unbounded_peer!(CrossbeamUnbounded, CbTx, CbRx, crossbeam_channel::unbounded);
+unbounded_peer!(FlumeUnbounded, FlumeTx, FlumeRx, flume::unbounded);
+unbounded_peer!(KanalUnbounded, KanalTx, KanalRx, kanal::unbounded);
+unbounded_peer!(StdUnbounded, StdTx, StdRx, std::sync::mpsc::channel);
+
+/// The unbounded channels of the `unbounded` section: id, label, 8-byte stream, and for a
+/// peer the id of the guarantee against it.
+type UnboundedRival = (&'static str, &'static str, TwoThreads, &'static str);
+const UNBOUNDED: &[UnboundedRival] = &[
+    (
+        "spindle",
+        "Spindle mpmc::unbounded",
+        stream::<SpindleUnbounded, u64>,
+        "",
+    ),
+    (
+        "crossbeam",
+        "crossbeam-channel unbounded",
+        stream::<CrossbeamUnbounded, u64>,
+        "unbounded-vs-crossbeam",
+    ),
+    (
+        "flume",
+        "flume unbounded",
+        stream::<FlumeUnbounded, u64>,
+        "unbounded-vs-flume",
+    ),
+    (
+        "kanal",
+        "kanal unbounded",
+        stream::<KanalUnbounded, u64>,
+        "unbounded-vs-kanal",
+    ),
+    (
+        "std",
+        "std mpsc::channel",
+        stream::<StdUnbounded, u64>,
+        "unbounded-vs-std",
+    ),
+];
+
+/// 8-byte items streamed between two CPUs through unbounded channels.
+fn unbounded_section<'a>(plan: &mut Plan<'a>, pin: Cpus<'a>) {
+    plan.section(
+        Section::per_op(
+            "unbounded",
+            "Stream 8-byte items between two CPUs, unbounded channels",
+            "item",
+        )
+        .baseline("unbounded-crossbeam"),
+    );
+    for &(id, label, run, _) in UNBOUNDED {
+        plan.variant(
+            Variant::per_op("unbounded", format!("unbounded-{id}"), label, move |n| {
+                run(n, pin)
+            })
+            .threads(2),
+        );
+    }
+}
+
 /// Messages through one channel with `threads` threads, channels with cloneable ends.
 fn many_section(plan: &mut Plan<'_>, threads: usize) {
     plan.section(
@@ -869,6 +960,16 @@ fn claims(plan: &mut Plan<'_>, threads: usize) {
         .ratio("wake-spsc", "wake-futex")
         .at_most(1.1),
     );
+    for &(peer, label, _, claim) in &UNBOUNDED[1..] {
+        plan.claim(
+            Claim::guarantee(
+                claim,
+                format!("Spindle's mpmc::unbounded streams 8-byte items between two CPUs at least as fast as {label}"),
+            )
+            .ratio("unbounded-spindle", format!("unbounded-{peer}"))
+            .at_most(1.0),
+        );
+    }
     for (id, peer, name) in [
         ("mpmc-vs-crossbeam", "crossbeam", "crossbeam-channel"),
         ("mpmc-vs-kanal", "kanal", "kanal"),
@@ -926,6 +1027,7 @@ impl Experiment for Rings {
         idle_section(&mut plan, pin);
         wake_section(&mut plan, pin, ctx.machine.tsc_ghz);
         many_section(&mut plan, threads);
+        unbounded_section(&mut plan, pin);
         claims(&mut plan, threads);
         plan.note("Rings that never block (rtrb, ArrayQueue) are driven as their users drive them: retry with pause, and sched_yield every 64 tries; in the idle and wake sections they would burn a whole CPU by design, so they are left out there.");
         plan.note("std's sync_channel has one receiver, so it is left out of the MPMC section; so are the single-producer rings.");
