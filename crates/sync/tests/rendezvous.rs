@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use spindle_sync::mpmc::{self, RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
 
 mod common;
-use common::{per_cpu, time_limit, Rng};
+use common::{per_cpu, time_limit, PerSender, Rng};
 
 const PATIENCE: Duration = Duration::from_secs(5);
 
@@ -171,12 +171,7 @@ fn rendezvous_stress_each_value_once() {
     let senders_done = AtomicUsize::new(0);
     // Per sender: the number of values whose send succeeded and the sum of their sequence
     // numbers, and the same for what the receivers got.
-    let sent: Vec<(AtomicU64, AtomicU64)> = (0..senders)
-        .map(|_| (AtomicU64::new(0), AtomicU64::new(0)))
-        .collect();
-    let got: Vec<(AtomicU64, AtomicU64)> = (0..senders)
-        .map(|_| (AtomicU64::new(0), AtomicU64::new(0)))
-        .collect();
+    let (sent, got) = (PerSender::new(senders), PerSender::new(senders));
     let made = AtomicUsize::new(0);
     std::thread::scope(|s| {
         for id in 0..senders {
@@ -213,8 +208,7 @@ fn rendezvous_stress_each_value_once() {
                         },
                     };
                     if ok {
-                        sent[id].0.fetch_add(1, Relaxed);
-                        sent[id].1.fetch_add(seq, Relaxed);
+                        sent.add(id, seq);
                     }
                 }
                 senders_done.fetch_add(1, SeqCst);
@@ -226,8 +220,7 @@ fn rendezvous_stress_each_value_once() {
             s.spawn(move || {
                 let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ (id as u64 + 7));
                 let take = |v: Counted| {
-                    got[v.sender].0.fetch_add(1, Relaxed);
-                    got[v.sender].1.fetch_add(v.seq, Relaxed);
+                    got.add(v.sender, v.seq);
                 };
                 loop {
                     match rng.below(4) {
@@ -260,16 +253,8 @@ fn rendezvous_stress_each_value_once() {
         }
         drop(rx);
     });
-    let mut mismatches = 0;
-    for id in 0..senders {
-        let (n, sum) = (sent[id].0.load(Relaxed), sent[id].1.load(Relaxed));
-        let (m, gsum) = (got[id].0.load(Relaxed), got[id].1.load(Relaxed));
-        if (n, sum) != (m, gsum) {
-            eprintln!("sender {id}: sent {n} (sum {sum}), received {m} (sum {gsum})");
-            mismatches += 1;
-        }
-    }
-    let total: u64 = sent.iter().map(|s| s.0.load(Relaxed)).sum();
+    let mismatches = sent.mismatches(&got);
+    let total = sent.total();
     eprintln!(
         "rendezvous stress: {senders} senders, {receivers} receivers, {total} values handed over"
     );

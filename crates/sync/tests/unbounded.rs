@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use spindle_sync::mpmc::{self, RecvTimeoutError, SendError, TryRecvError, TrySendError};
 
 mod common;
-use common::{per_cpu, time_limit, Rng};
+use common::{per_cpu, time_limit, PerSender, Rng};
 
 const PATIENCE: Duration = Duration::from_secs(5);
 
@@ -166,12 +166,7 @@ fn unbounded_stress_each_value_once_in_order() {
     };
     let started = Instant::now();
     let (stalls, out_of_order) = (AtomicU64::new(0), AtomicU64::new(0));
-    let sent: Vec<(AtomicU64, AtomicU64)> = (0..senders)
-        .map(|_| (AtomicU64::new(0), AtomicU64::new(0)))
-        .collect();
-    let got: Vec<(AtomicU64, AtomicU64)> = (0..senders)
-        .map(|_| (AtomicU64::new(0), AtomicU64::new(0)))
-        .collect();
+    let (sent, got) = (PerSender::new(senders), PerSender::new(senders));
     let (tx, rx) = mpmc::unbounded::<Box<(usize, u64)>>();
     std::thread::scope(|s| {
         for id in 0..senders {
@@ -183,8 +178,7 @@ fn unbounded_stress_each_value_once_in_order() {
                     // Bursts, so that receivers both find values and run dry.
                     for _ in 0..(1 + rng.below(64)).min(per_sender - seq) {
                         tx.send(Box::new((id, seq))).unwrap();
-                        sent[id].0.fetch_add(1, Relaxed);
-                        sent[id].1.fetch_add(seq, Relaxed);
+                        sent.add(id, seq);
                         seq += 1;
                     }
                     if rng.below(8) == 0 {
@@ -205,8 +199,7 @@ fn unbounded_stress_each_value_once_in_order() {
                         out_of_order.fetch_add(1, Relaxed);
                     }
                     last[id] = Some(seq);
-                    got[id].0.fetch_add(1, Relaxed);
-                    got[id].1.fetch_add(seq, Relaxed);
+                    got.add(id, seq);
                 };
                 loop {
                     match rng.below(4) {
@@ -236,16 +229,8 @@ fn unbounded_stress_each_value_once_in_order() {
         }
         drop(rx);
     });
-    let mut mismatches = 0;
-    for id in 0..senders {
-        let (n, sum) = (sent[id].0.load(Relaxed), sent[id].1.load(Relaxed));
-        let (m, gsum) = (got[id].0.load(Relaxed), got[id].1.load(Relaxed));
-        if (n, sum) != (m, gsum) {
-            eprintln!("sender {id}: sent {n} (sum {sum}), received {m} (sum {gsum})");
-            mismatches += 1;
-        }
-    }
-    let total: u64 = sent.iter().map(|s| s.0.load(Relaxed)).sum();
+    let mismatches = sent.mismatches(&got);
+    let total = sent.total();
     eprintln!(
         "unbounded stress: {senders} senders, {receivers} receivers, {total} values in {:.1} s",
         started.elapsed().as_secs_f64()

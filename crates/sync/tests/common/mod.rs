@@ -122,3 +122,43 @@ impl Heartbeat {
         excused
     }
 }
+
+/// Per sender of a channel stress test: how many values, and the sum of their sequence
+/// numbers — one tally of what was sent, one of what was received.
+pub struct PerSender(Vec<(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64)>);
+
+impl PerSender {
+    pub fn new(senders: usize) -> PerSender {
+        PerSender((0..senders).map(|_| Default::default()).collect())
+    }
+
+    /// Sender `id`'s value with sequence number `seq`.
+    pub fn add(&self, id: usize, seq: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.0[id].0.fetch_add(1, Relaxed);
+        self.0[id].1.fetch_add(seq, Relaxed);
+    }
+
+    /// Values counted, all senders.
+    pub fn total(&self) -> u64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.0.iter().map(|s| s.0.load(Relaxed)).sum()
+    }
+
+    /// The senders whose values `got` does not match (lost or duplicated), each printed.
+    pub fn mismatches(&self, got: &PerSender) -> usize {
+        use std::sync::atomic::Ordering::Relaxed;
+        let read = |t: &(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64)| {
+            (t.0.load(Relaxed), t.1.load(Relaxed))
+        };
+        let mut mismatches = 0;
+        for (id, (s, g)) in self.0.iter().zip(&got.0).enumerate() {
+            let ((n, sum), (m, gsum)) = (read(s), read(g));
+            if (n, sum) != (m, gsum) {
+                eprintln!("sender {id}: sent {n} (sum {sum}), received {m} (sum {gsum})");
+                mismatches += 1;
+            }
+        }
+        mismatches
+    }
+}
