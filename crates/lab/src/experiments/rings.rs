@@ -776,12 +776,13 @@ fn wake_section<'a>(plan: &mut Plan<'a>, pin: Cpus<'a>, ticks_per_ns: f64) {
     }
 }
 
-/// An unbounded channel as a [`Peer`] (`make` ignores the capacity): `$make()` gives the
-/// ends, whose `send` and `recv` return `Result`s.
-macro_rules! unbounded_peer {
-    ($name:ident, $tx:ident, $rx:ident, $make:path) => {
-        struct $name;
-        impl Peer for $name {
+/// One entry of [`UNBOUNDED`]: an unbounded channel as a [`Peer`] (`make` ignores the
+/// capacity; `$make()` gives the ends, whose `send` and `recv` return `Result`s), with its id,
+/// label, 8-byte stream and the id of the guarantee against it.
+macro_rules! unbounded {
+    ($id:literal, $label:literal, $tx:ident, $rx:ident, $make:path) => {{
+        struct P;
+        impl Peer for P {
             type Tx<T: Send + 'static> = $tx<T>;
             type Rx<T: Send + 'static> = $rx<T>;
             const BLOCKS: bool = true;
@@ -797,7 +798,21 @@ macro_rules! unbounded_peer {
                 rx.recv().expect("senders gone")
             }
         }
-    };
+        UnboundedRival {
+            id: $id,
+            label: $label,
+            stream: stream::<P, u64>,
+            claim: concat!("unbounded-vs-", $id),
+        }
+    }};
+}
+
+struct UnboundedRival {
+    id: &'static str,
+    label: &'static str,
+    stream: TwoThreads,
+    /// The guarantee that compares Spindle's with it (unused for Spindle's own).
+    claim: &'static str,
 }
 
 use crossbeam_channel::{Receiver as CbRx, Sender as CbTx};
@@ -805,45 +820,43 @@ use flume::{Receiver as FlumeRx, Sender as FlumeTx};
 use kanal::{Receiver as KanalRx, Sender as KanalTx};
 use mpmc::{Receiver as MpmcRx, Sender as MpmcTx};
 use std::sync::mpsc::{Receiver as StdRx, Sender as StdTx};
-unbounded_peer!(SpindleUnbounded, MpmcTx, MpmcRx, mpmc::unbounded);
-unbounded_peer!(CrossbeamUnbounded, CbTx, CbRx, crossbeam_channel::unbounded);
-unbounded_peer!(FlumeUnbounded, FlumeTx, FlumeRx, flume::unbounded);
-unbounded_peer!(KanalUnbounded, KanalTx, KanalRx, kanal::unbounded);
-unbounded_peer!(StdUnbounded, StdTx, StdRx, std::sync::mpsc::channel);
 
-/// The unbounded channels of the `unbounded` section: id, label, 8-byte stream, and for a
-/// peer the id of the guarantee against it.
-type UnboundedRival = (&'static str, &'static str, TwoThreads, &'static str);
+/// The unbounded channels of the `unbounded` section, Spindle's first.
 const UNBOUNDED: &[UnboundedRival] = &[
-    (
+    unbounded!(
         "spindle",
         "Spindle mpmc::unbounded",
-        stream::<SpindleUnbounded, u64>,
-        "",
+        MpmcTx,
+        MpmcRx,
+        mpmc::unbounded
     ),
-    (
+    unbounded!(
         "crossbeam",
         "crossbeam-channel unbounded",
-        stream::<CrossbeamUnbounded, u64>,
-        "unbounded-vs-crossbeam",
+        CbTx,
+        CbRx,
+        crossbeam_channel::unbounded
     ),
-    (
+    unbounded!(
         "flume",
         "flume unbounded",
-        stream::<FlumeUnbounded, u64>,
-        "unbounded-vs-flume",
+        FlumeTx,
+        FlumeRx,
+        flume::unbounded
     ),
-    (
+    unbounded!(
         "kanal",
         "kanal unbounded",
-        stream::<KanalUnbounded, u64>,
-        "unbounded-vs-kanal",
+        KanalTx,
+        KanalRx,
+        kanal::unbounded
     ),
-    (
+    unbounded!(
         "std",
         "std mpsc::channel",
-        stream::<StdUnbounded, u64>,
-        "unbounded-vs-std",
+        StdTx,
+        StdRx,
+        std::sync::mpsc::channel
     ),
 ];
 
@@ -857,11 +870,15 @@ fn unbounded_section<'a>(plan: &mut Plan<'a>, pin: Cpus<'a>) {
         )
         .baseline("unbounded-crossbeam"),
     );
-    for &(id, label, run, _) in UNBOUNDED {
+    for r in UNBOUNDED {
+        let run = r.stream;
         plan.variant(
-            Variant::per_op("unbounded", format!("unbounded-{id}"), label, move |n| {
-                run(n, pin)
-            })
+            Variant::per_op(
+                "unbounded",
+                format!("unbounded-{}", r.id),
+                r.label,
+                move |n| run(n, pin),
+            )
             .threads(2),
         );
     }
@@ -960,13 +977,13 @@ fn claims(plan: &mut Plan<'_>, threads: usize) {
         .ratio("wake-spsc", "wake-futex")
         .at_most(1.1),
     );
-    for &(peer, label, _, claim) in &UNBOUNDED[1..] {
+    for r in &UNBOUNDED[1..] {
         plan.claim(
             Claim::guarantee(
-                claim,
-                format!("Spindle's mpmc::unbounded streams 8-byte items between two CPUs at least as fast as {label}"),
+                r.claim,
+                format!("Spindle's mpmc::unbounded streams 8-byte items between two CPUs at least as fast as {}", r.label),
             )
-            .ratio("unbounded-spindle", format!("unbounded-{peer}"))
+            .ratio("unbounded-spindle", format!("unbounded-{}", r.id))
             .at_most(1.0),
         );
     }
