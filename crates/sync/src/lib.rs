@@ -96,6 +96,7 @@ pub mod prepaid;
 #[allow(unused_imports, dead_code)]
 mod primitives;
 mod rendezvous;
+mod select;
 pub mod smr;
 pub mod spsc;
 pub mod time;

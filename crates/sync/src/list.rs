@@ -90,8 +90,9 @@ use std::ptr;
 
 use crate::eventcount::EventCount;
 use crate::primitives::{
-    spin_loop, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, CachePadded, Ordering::*,
+    spin_loop, Arc, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, CachePadded, Ordering::*,
 };
+use crate::select::{Ctx, Observers};
 use crate::time::Deadline;
 
 /// Slots per block: 31 and a gap make a lap of 32 (two under loom, so that the models cross
@@ -159,7 +160,7 @@ struct Slot<T> {
     value: ValueCell<T>,
 }
 
-struct Block<T> {
+pub(crate) struct Block<T> {
     next: AtomicPtr<Block<T>>,
     slots: [Slot<T>; BLOCK_SLOTS],
 }
@@ -252,6 +253,8 @@ pub(crate) struct Chan<T> {
     tail: CachePadded<Position<T>>,
     head: CachePadded<Position<T>>,
     not_empty: CachePadded<EventCount>,
+    /// Selects waiting for a value (see `select.rs`).
+    recv_select: Observers,
     pub(crate) senders: AtomicUsize,
     pub(crate) receivers: AtomicUsize,
 }
@@ -288,6 +291,7 @@ impl<T> Chan<T> {
                 tail_seen: AtomicU64::new(0),
             }),
             not_empty: CachePadded(EventCount::new()),
+            recv_select: Observers::new(),
             senders: AtomicUsize::new(1),
             receivers: AtomicUsize::new(1),
         }
@@ -337,6 +341,7 @@ impl<T> Chan<T> {
                     slot.state.fetch_or(WRITTEN, Release);
                     if tail & RECEIVERS_WAIT != 0 {
                         self.not_empty.increment();
+                        self.recv_select.notify();
                     }
                     return Ok(());
                 }
@@ -350,6 +355,14 @@ impl<T> Chan<T> {
 
     /// Receives a value if one was sent: `Empty` only when every sent value was received.
     pub(crate) fn try_recv(&self) -> Result<T, Nothing> {
+        let (block, offset) = self.claim_recv()?;
+        // SAFETY: claimed just now.
+        Ok(unsafe { Self::read(block, offset) })
+    }
+
+    /// Claims the next index for a receive (and, for a block's last slot, moves `head` to the
+    /// next block): the first half of a receive. Its slot's block and offset.
+    pub(crate) fn claim_recv(&self) -> Result<(*mut Block<T>, usize), Nothing> {
         let mut pauses = 0;
         let mut head = self.head.index.load(Acquire);
         loop {
@@ -387,23 +400,7 @@ impl<T> Chan<T> {
                         self.head.block.store(next, Release);
                         self.head.index.store((idx + 2) << SHIFT, Release);
                     }
-                    // SAFETY: as above.
-                    let slot = unsafe { Block::slot(block, offset) };
-                    let mut pauses = 0;
-                    while slot.state.load(Acquire) & WRITTEN == 0 {
-                        // Its sender claimed the index and has not written yet.
-                        pause(&mut pauses);
-                    }
-                    // SAFETY: our claim, written (WRITTEN acquired), read once: by us.
-                    let value = unsafe { slot.value.take() };
-                    if last {
-                        // SAFETY: we read the last slot.
-                        unsafe { Block::destroy(block, 0) };
-                    } else if slot.state.fetch_or(READ, AcqRel) & DESTROY != 0 {
-                        // SAFETY: the destroyer stopped at our slot.
-                        unsafe { Block::destroy(block, offset + 1) };
-                    }
-                    return Ok(value);
+                    return Ok((block, offset));
                 }
                 Err(h) => {
                     head = h;
@@ -411,6 +408,42 @@ impl<T> Chan<T> {
                 }
             }
         }
+    }
+
+    /// The second half of a receive: waits for the claimed slot's value, moves it out, and
+    /// destroys the block if this reader is its last.
+    ///
+    /// # Safety
+    /// `(block, offset)` came from [`Self::claim_recv`] and was not read since.
+    pub(crate) unsafe fn read(block: *mut Block<T>, offset: usize) -> T {
+        // SAFETY: we hold an index in `block`, which lives until we read it.
+        let slot = unsafe { Block::slot(block, offset) };
+        let mut pauses = 0;
+        while slot.state.load(Acquire) & WRITTEN == 0 {
+            // Its sender claimed the index and has not written yet.
+            pause(&mut pauses);
+        }
+        // SAFETY: our claim, written (WRITTEN acquired), read once: by us.
+        let value = unsafe { slot.value.take() };
+        if offset + 1 == BLOCK_SLOTS {
+            // SAFETY: we read the last slot.
+            unsafe { Block::destroy(block, 0) };
+        } else if slot.state.fetch_or(READ, AcqRel) & DESTROY != 0 {
+            // SAFETY: the destroyer stopped at our slot.
+            unsafe { Block::destroy(block, offset + 1) };
+        }
+        value
+    }
+
+    /// Registers a select waiting for a value (see `select.rs`): on the observer list, then
+    /// the flag.
+    pub(crate) fn watch(&self, ctx: &Arc<Ctx>) {
+        self.recv_select.add(ctx);
+        self.tail.index.fetch_or(RECEIVERS_WAIT, SeqCst);
+    }
+
+    pub(crate) fn unwatch(&self, ctx: &Arc<Ctx>) {
+        self.recv_select.remove(ctx);
     }
 
     /// Receives, blocking while the list is empty, until `deadline` (`Err(None)`: timed out).
@@ -436,6 +469,7 @@ impl<T> Chan<T> {
     pub(crate) fn disconnect(&self) {
         self.tail.index.fetch_or(DISCONNECTED, SeqCst);
         self.not_empty.increment();
+        self.recv_select.notify();
     }
 
     /// The last receiver went: drop what is queued now (waiting for senders in flight).

@@ -112,6 +112,8 @@ use crate::primitives::{
     spin_loop, yield_now, Arc, AtomicU64, AtomicUsize, CachePadded, Ordering::*,
 };
 use crate::rendezvous::{Failed, Wait};
+use crate::select::{Attempt, Ctx, Handle, Observers, Token};
+pub use crate::select::{Select, SelectTimeoutError, SelectedOperation, TrySelectError};
 use crate::time::Deadline;
 
 crate::channel::errors! {
@@ -178,6 +180,8 @@ pub fn channel<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
         head: CachePadded(AtomicU64::new(0)),
         not_empty: CachePadded(EventCount::new()),
         not_full: CachePadded(EventCount::new()),
+        recv_select: Observers::new(),
+        send_select: Observers::new(),
         slots,
         one_lap,
         senders: AtomicUsize::new(1),
@@ -228,6 +232,9 @@ struct Chan<T> {
     head: CachePadded<AtomicU64>,
     not_empty: CachePadded<EventCount>,
     not_full: CachePadded<EventCount>,
+    /// Selects waiting for a value / for room (see `select.rs`).
+    recv_select: Observers,
+    send_select: Observers,
     slots: Box<[Slot<T>]>,
     one_lap: u64,
     senders: AtomicUsize,
@@ -247,6 +254,18 @@ enum Blocked<T> {
     /// A slot's other side claimed it and has not finished.
     InFlight(T),
     Disconnected(T),
+}
+
+impl Blocked<()> {
+    /// The same reason, carrying `value` back.
+    #[inline(always)]
+    fn with<T>(self, value: T) -> Blocked<T> {
+        match self {
+            Blocked::Settled(()) => Blocked::Settled(value),
+            Blocked::InFlight(()) => Blocked::InFlight(value),
+            Blocked::Disconnected(()) => Blocked::Disconnected(value),
+        }
+    }
 }
 
 impl<T> Chan<T> {
@@ -272,12 +291,27 @@ impl<T> Chan<T> {
         unsafe { self.slots.get_unchecked(pos) }
     }
 
+    #[inline]
     fn try_send(&self, value: T) -> Result<(), Blocked<T>> {
+        match self.claim_send() {
+            Ok((idx, wake)) => {
+                // SAFETY: claimed just now.
+                unsafe { self.write(idx, wake, value) };
+                Ok(())
+            }
+            Err(b) => Err(b.with(value)),
+        }
+    }
+
+    /// Claims the next index for a send (its slot empty), or says why not: the first half of
+    /// a send; `wake` says whether receivers wait (their flag was in the word the CAS replaced).
+    #[inline(always)]
+    fn claim_send(&self) -> Result<(u64, bool), Blocked<()>> {
         let mut spins = 0;
         let mut tail = self.tail.load(Relaxed);
         loop {
             if tail & DISCONNECTED != 0 {
-                return Err(Blocked::Disconnected(value));
+                return Err(Blocked::Disconnected(()));
             }
             let idx = tail >> SHIFT;
             let slot = self.slot(idx);
@@ -285,16 +319,7 @@ impl<T> Chan<T> {
             if stamp == idx {
                 let new = (self.next(idx) << SHIFT) | (tail & DISCONNECTED);
                 match self.tail.compare_exchange_weak(tail, new, SeqCst, Relaxed) {
-                    Ok(_) => {
-                        // SAFETY: our CAS claimed index `idx`, whose slot is empty (stamp
-                        // `idx`, loaded with Acquire after its last receiver's Release).
-                        unsafe { (*slot.value.get()).write(value) };
-                        slot.stamp.store((idx + 1) & INDEX_MASK, Release);
-                        if tail & RECEIVERS_WAIT != 0 {
-                            self.not_empty.increment();
-                        }
-                        return Ok(());
-                    }
+                    Ok(_) => return Ok((idx, tail & RECEIVERS_WAIT != 0)),
                     Err(t) => {
                         tail = t;
                         spin_loop();
@@ -304,11 +329,11 @@ impl<T> Chan<T> {
                 // Last lap's item is still here.
                 let head = self.head.load(SeqCst) >> SHIFT;
                 if head.wrapping_add(self.one_lap) & INDEX_MASK == idx {
-                    return Err(Blocked::Settled(value));
+                    return Err(Blocked::Settled(()));
                 }
                 spins += 1;
                 if spins > IN_FLIGHT_SPINS {
-                    return Err(Blocked::InFlight(value));
+                    return Err(Blocked::InFlight(()));
                 }
                 spin_loop();
                 tail = self.tail.load(Relaxed);
@@ -321,7 +346,7 @@ impl<T> Chan<T> {
                 if t == tail {
                     spins += 1;
                     if spins > IN_FLIGHT_SPINS {
-                        return Err(Blocked::InFlight(value));
+                        return Err(Blocked::InFlight(()));
                     }
                 }
                 tail = t;
@@ -329,7 +354,34 @@ impl<T> Chan<T> {
         }
     }
 
+    /// The second half of a send: writes the value at a claimed index and publishes it.
+    ///
+    /// # Safety
+    /// `idx` was claimed by [`Self::claim_send`] and not written since.
+    #[inline(always)]
+    unsafe fn write(&self, idx: u64, wake: bool, value: T) {
+        let slot = self.slot(idx);
+        // SAFETY: the claim's CAS gave us index `idx`, whose slot is empty (stamp `idx`,
+        // loaded with Acquire after its last receiver's Release).
+        unsafe { (*slot.value.get()).write(value) };
+        slot.stamp.store((idx + 1) & INDEX_MASK, Release);
+        if wake {
+            self.not_empty.increment();
+            self.recv_select.notify();
+        }
+    }
+
+    #[inline]
     fn try_recv(&self) -> Result<T, Blocked<()>> {
+        let (idx, wake) = self.claim_recv()?;
+        // SAFETY: claimed just now.
+        Ok(unsafe { self.read(idx, wake) })
+    }
+
+    /// Claims the next index for a receive (its slot written), or says why not: the first
+    /// half of a receive; `wake` says whether senders wait.
+    #[inline(always)]
+    fn claim_recv(&self) -> Result<(u64, bool), Blocked<()>> {
         let mut spins = 0;
         let mut head = self.head.load(Relaxed);
         loop {
@@ -339,17 +391,7 @@ impl<T> Chan<T> {
             if stamp == (idx + 1) & INDEX_MASK {
                 let new = self.next(idx) << SHIFT;
                 match self.head.compare_exchange_weak(head, new, SeqCst, Relaxed) {
-                    Ok(_) => {
-                        // SAFETY: our CAS claimed index `idx`, whose slot holds its sender's
-                        // value (stamp `idx + 1`, loaded with Acquire after its Release).
-                        let value = unsafe { (*slot.value.get()).assume_init_read() };
-                        slot.stamp
-                            .store(idx.wrapping_add(self.one_lap) & INDEX_MASK, Release);
-                        if head & SENDERS_WAIT != 0 {
-                            self.not_full.increment();
-                        }
-                        return Ok(value);
-                    }
+                    Ok(_) => return Ok((idx, head & SENDERS_WAIT != 0)),
                     Err(h) => {
                         head = h;
                         spin_loop();
@@ -386,6 +428,26 @@ impl<T> Chan<T> {
                 head = h;
             }
         }
+    }
+
+    /// The second half of a receive: moves the value out of a claimed index and frees its
+    /// slot for the next lap.
+    ///
+    /// # Safety
+    /// `idx` was claimed by [`Self::claim_recv`] and not read since.
+    #[inline(always)]
+    unsafe fn read(&self, idx: u64, wake: bool) -> T {
+        let slot = self.slot(idx);
+        // SAFETY: the claim's CAS gave us index `idx`, whose slot holds its sender's value
+        // (stamp `idx + 1`, loaded with Acquire after its Release).
+        let value = unsafe { (*slot.value.get()).assume_init_read() };
+        slot.stamp
+            .store(idx.wrapping_add(self.one_lap) & INDEX_MASK, Release);
+        if wake {
+            self.not_full.increment();
+            self.send_select.notify();
+        }
+        value
     }
 
     fn send_deadline(
@@ -475,6 +537,8 @@ impl<T> Chan<T> {
         self.tail.fetch_or(DISCONNECTED, SeqCst);
         self.not_empty.increment();
         self.not_full.increment();
+        self.recv_select.notify();
+        self.send_select.notify();
     }
 
     fn len(&self) -> usize {
@@ -643,6 +707,165 @@ impl<T> Flavor<T> {
                 Some(_) => RecvTimeoutError::Disconnected,
             }),
         }
+    }
+}
+
+impl<T> Handle for Flavor<T> {
+    fn channel(&self) -> *const () {
+        match self {
+            Flavor::Array(c) => (&**c as *const Chan<T>).cast(),
+            Flavor::Zero(c) => (&**c as *const crate::rendezvous::Chan<T>).cast(),
+            Flavor::List(c) => (&**c as *const crate::list::Chan<T>).cast(),
+        }
+    }
+
+    fn try_claim(&self, send: bool, token: &mut Token) -> Attempt {
+        let claimed = match (self, send) {
+            (Flavor::Array(c), true) => c.claim_send(),
+            (Flavor::Array(c), false) => c.claim_recv(),
+            (Flavor::List(c), true) => {
+                // Room always: the completion sends (or finds the channel disconnected).
+                token.disconnected = c.is_disconnected();
+                return Attempt::Claimed;
+            }
+            (Flavor::List(c), false) => {
+                return match c.claim_recv() {
+                    Ok((block, offset)) => {
+                        token.block = block.cast();
+                        token.offset = offset;
+                        Attempt::Claimed
+                    }
+                    Err(crate::list::Nothing::Disconnected) => {
+                        token.disconnected = true;
+                        Attempt::Claimed
+                    }
+                    Err(crate::list::Nothing::Empty) => Attempt::NotReady,
+                };
+            }
+            (Flavor::Zero(c), send) => {
+                return match c.select_try(send, token) {
+                    true => Attempt::Claimed,
+                    false => Attempt::NotReady,
+                };
+            }
+        };
+        match claimed {
+            Ok((index, wake)) => {
+                token.index = index;
+                token.wake = wake;
+                Attempt::Claimed
+            }
+            Err(Blocked::Disconnected(())) => {
+                token.disconnected = true;
+                Attempt::Claimed
+            }
+            Err(Blocked::InFlight(())) => Attempt::InFlight,
+            Err(Blocked::Settled(())) => Attempt::NotReady,
+        }
+    }
+
+    fn register(&self, send: bool, ctx: &Arc<Ctx>, index: usize, reg: &mut Token) {
+        match (self, send) {
+            (Flavor::Array(c), true) => {
+                c.send_select.add(ctx);
+                c.head.fetch_or(SENDERS_WAIT, SeqCst);
+            }
+            (Flavor::Array(c), false) => {
+                c.recv_select.add(ctx);
+                c.tail.fetch_or(RECEIVERS_WAIT, SeqCst);
+            }
+            (Flavor::List(_), true) => {}
+            (Flavor::List(c), false) => c.watch(ctx),
+            (Flavor::Zero(c), send) => c.select_register(send, ctx, index, reg),
+        }
+    }
+
+    fn is_ready(&self, send: bool, ctx: &Arc<Ctx>) -> bool {
+        match (self, send) {
+            (Flavor::Zero(c), send) => c.select_ready(send, ctx),
+            (Flavor::List(_), true) => true,
+            (_, true) => {
+                self.len() < self.capacity().unwrap_or(usize::MAX) || self.is_disconnected()
+            }
+            (_, false) => self.len() > 0 || self.is_disconnected(),
+        }
+    }
+
+    fn unregister(&self, send: bool, ctx: &Arc<Ctx>, reg: &mut Token, selected: bool) {
+        match (self, send) {
+            (Flavor::Array(c), true) => c.send_select.remove(ctx),
+            (Flavor::Array(c), false) => c.recv_select.remove(ctx),
+            (Flavor::List(_), true) => {}
+            (Flavor::List(c), false) => c.unwatch(ctx),
+            (Flavor::Zero(c), send) => c.select_unregister(send, reg, selected),
+        }
+    }
+
+    fn abandon_recv(&self, token: &mut Token) {
+        drop(complete_recv(self, token));
+    }
+}
+
+/// The second half of a receive a select claimed on `flavor`.
+fn complete_recv<T>(flavor: &Flavor<T>, token: &mut Token) -> Result<T, RecvError> {
+    let r = match flavor {
+        _ if token.disconnected && token.packet.is_null() => Err(()),
+        // SAFETY: the select claimed `token.index` on this channel.
+        Flavor::Array(c) => Ok(unsafe { c.read(token.index, token.wake) }),
+        Flavor::List(_) => {
+            // SAFETY: the select claimed this slot on this channel.
+            Ok(unsafe { crate::list::Chan::<T>::read(token.block.cast(), token.offset) })
+        }
+        Flavor::Zero(c) => c.select_recv(token),
+    };
+    r.map_err(|()| RecvError)
+}
+
+impl<'a> Select<'a> {
+    /// Adds a send on `sender`; returns its index (0, 1, … in the order added).
+    pub fn send<T>(&mut self, sender: &'a Sender<T>) -> usize {
+        self.add(&sender.flavor, true)
+    }
+
+    /// Adds a receive on `receiver`; returns its index (0, 1, … in the order added).
+    pub fn recv<T>(&mut self, receiver: &'a Receiver<T>) -> usize {
+        self.add(&receiver.flavor, false)
+    }
+}
+
+impl SelectedOperation<'_> {
+    /// Completes a selected send on `sender` (the one [`Select::send`] was given): fails only
+    /// if the channel is disconnected, handing `msg` back.
+    ///
+    /// # Panics
+    /// If `sender` is not the selected operation's.
+    pub fn send<T>(mut self, sender: &Sender<T>, msg: T) -> Result<(), SendError<T>> {
+        self.check(sender.flavor.channel(), true);
+        let token = &mut self.token;
+        let r = match &sender.flavor {
+            _ if token.disconnected && token.packet.is_null() => Err(msg),
+            Flavor::Array(c) => {
+                // SAFETY: the select claimed `token.index` on this channel (checked above).
+                unsafe { c.write(token.index, token.wake, msg) };
+                Ok(())
+            }
+            Flavor::List(c) => c.send(msg),
+            Flavor::Zero(c) => c.select_send(token, msg),
+        };
+        std::mem::forget(self);
+        r.map_err(SendError)
+    }
+
+    /// Completes a selected receive on `receiver` (the one [`Select::recv`] was given): fails
+    /// only if the channel is disconnected and empty.
+    ///
+    /// # Panics
+    /// If `receiver` is not the selected operation's.
+    pub fn recv<T>(mut self, receiver: &Receiver<T>) -> Result<T, RecvError> {
+        self.check(receiver.flavor.channel(), false);
+        let r = complete_recv(&receiver.flavor, &mut self.token);
+        std::mem::forget(self);
+        r
     }
 }
 

@@ -55,6 +55,7 @@ use std::collections::VecDeque;
 use crate::futex::Parking;
 use crate::lock::SpindleLock;
 use crate::primitives::{spin_loop, Arc, AtomicU32, AtomicUsize, Ordering::*};
+use crate::select::{Ctx, Token};
 use crate::time::Deadline;
 
 /// A packet's value slot: under loom, loom's cell, so that the models check the ownership
@@ -89,19 +90,45 @@ pub(crate) enum Failed<T> {
 }
 
 /// A blocked operation's packet.
-struct Packet<T> {
+pub(crate) struct Packet<T> {
     state: AtomicU32,
+    /// A sender's packet: 1 once it holds the value (at once for a plain send; for a select's,
+    /// when its owner completes the selected send, which the receiver that popped it waits for).
+    full: AtomicU32,
     value: ValueCell<T>,
     parking: Parking,
+}
+
+/// A queued operation: its packet, and the select it belongs to (its context and the
+/// operation's index there), if any.
+struct Entry<T> {
+    packet: Arc<Packet<T>>,
+    select: Option<(Arc<Ctx>, usize)>,
 }
 
 impl<T> Packet<T> {
     fn new(value: Option<T>) -> Arc<Packet<T>> {
         Arc::new(Packet {
             state: AtomicU32::new(WAITING),
+            full: AtomicU32::new(u32::from(value.is_some())),
             value: ValueCell::new(value),
             parking: Parking::new(),
         })
+    }
+
+    /// Waits until a sender's packet holds its value (see `full`).
+    // Under loom `SPINS` is 0.
+    #[cfg_attr(loom, allow(clippy::reversed_empty_ranges))]
+    fn wait_full(&self) {
+        for _ in 0..SPINS {
+            if self.full.load(Acquire) != 0 {
+                return;
+            }
+            spin_loop();
+        }
+        while self.full.load(Acquire) == 0 {
+            self.parking.wait32(&self.full, 0, None);
+        }
     }
 
     /// Waits until the packet is settled (true) or the deadline passes (false).
@@ -166,9 +193,21 @@ impl<T> Packet<T> {
 }
 
 struct Queues<T> {
-    senders: VecDeque<Arc<Packet<T>>>,
-    receivers: VecDeque<Arc<Packet<T>>>,
+    senders: VecDeque<Entry<T>>,
+    receivers: VecDeque<Entry<T>>,
     disconnected: bool,
+}
+
+/// Pops the first entry whose operation can still be paired: a plain one, or a select's whose
+/// context this pairing wins (see `select.rs`); a select's that lost is dropped.
+fn pop_partner<T>(queue: &mut VecDeque<Entry<T>>) -> Option<Entry<T>> {
+    while let Some(e) = queue.pop_front() {
+        match &e.select {
+            Some((ctx, index)) if !ctx.try_select(*index, false) => continue,
+            _ => return Some(e),
+        }
+    }
+    None
 }
 
 /// A rendezvous channel's shared state.
@@ -248,20 +287,27 @@ impl<T> Chan<T> {
         mut q: Locked<'_, T>,
         p: &Arc<Packet<T>>,
         deadline: Option<Deadline>,
-        side: fn(&mut Queues<T>) -> &mut VecDeque<Arc<Packet<T>>>,
+        side: fn(&mut Queues<T>) -> &mut VecDeque<Entry<T>>,
     ) -> bool {
-        side(&mut q).push_back(p.clone());
+        side(&mut q).push_back(Entry {
+            packet: p.clone(),
+            select: None,
+        });
         drop(q);
         p.wait(deadline) || {
             let mut q = self.lock();
             let queue = side(&mut q);
-            match queue.iter().position(|x| Arc::ptr_eq(x, p)) {
+            match queue.iter().position(|x| Arc::ptr_eq(&x.packet, p)) {
                 Some(i) => {
                     queue.remove(i);
                     false
                 }
-                // Settled under the lock since the deadline passed.
-                None => true,
+                // Taken by a partner since the deadline passed: settled, or about to be (a
+                // select's claim, whose completion follows at once).
+                None => {
+                    drop(q);
+                    p.wait(None)
+                }
             }
         }
     }
@@ -271,7 +317,7 @@ impl<T> Chan<T> {
         if q.disconnected {
             return Err(Failed::Disconnected(value));
         }
-        if let Some(r) = q.receivers.pop_front() {
+        if let Some(Entry { packet: r, .. }) = pop_partner(&mut q.receivers) {
             // SAFETY: `r` was queued, so its owner does not read the value before it sees
             // the settling store below.
             unsafe { r.with_value(|v| *v = Some(value)) };
@@ -301,14 +347,9 @@ impl<T> Chan<T> {
 
     pub(crate) fn recv(&self, wait: Wait) -> Result<T, Failed<()>> {
         let mut q = self.lock();
-        if let Some(s) = q.senders.pop_front() {
-            // SAFETY: `s` was queued: its owner does not touch the value before it sees the
-            // settling store below.
-            let value = unsafe { s.take() }.expect("a queued sender's packet holds its value");
-            s.settle(DONE);
+        if let Some(Entry { packet: s, .. }) = pop_partner(&mut q.senders) {
             drop(q);
-            s.wake();
-            return Ok(value);
+            return Ok(Self::take_from_sender(&s));
         }
         if q.disconnected {
             return Err(Failed::Disconnected(()));
@@ -329,7 +370,20 @@ impl<T> Chan<T> {
         }
     }
 
-    /// Sets the flag and settles every blocked operation `DISCONNECTED`.
+    /// Takes the value of a sender's packet popped from the queue (waiting, for a select's,
+    /// until its owner fills it), and settles it `DONE`.
+    fn take_from_sender(s: &Packet<T>) -> T {
+        s.wait_full();
+        // SAFETY: `s` was popped by us: its owner does not touch the value before it sees
+        // the settling store below (a select's owner wrote it before `full`, acquired above).
+        let value = unsafe { s.take() }.expect("a full sender's packet holds its value");
+        s.settle(DONE);
+        s.wake();
+        value
+    }
+
+    /// Sets the flag and settles every blocked operation `DISCONNECTED` (a select's only if
+    /// the disconnection wins its context).
     pub(crate) fn disconnect(&self) {
         let mut q = self.lock();
         q.disconnected = true;
@@ -338,6 +392,11 @@ impl<T> Chan<T> {
             .senders
             .drain(..)
             .chain(queues.receivers.drain(..))
+            .filter(|e| match &e.select {
+                Some((ctx, index)) => ctx.try_select(*index, true),
+                None => true,
+            })
+            .map(|e| e.packet)
             .collect();
         for p in &blocked {
             p.settle(DISCONNECTED);
@@ -345,6 +404,138 @@ impl<T> Chan<T> {
         drop(q);
         for p in &blocked {
             p.wake();
+        }
+    }
+
+    // Select (see `select.rs`). A token's packet is an `Arc<Packet<T>>` turned raw.
+
+    /// A select's try phase: pairs with a queued partner (or finds the channel disconnected).
+    pub(crate) fn select_try(&self, send: bool, token: &mut Token) -> bool {
+        let mut q = self.lock();
+        let partner = if send {
+            if q.disconnected {
+                token.disconnected = true;
+                return true;
+            }
+            pop_partner(&mut q.receivers)
+        } else {
+            pop_partner(&mut q.senders)
+        };
+        match partner {
+            Some(e) => {
+                token.packet = Arc::into_raw(e.packet).cast();
+                true
+            }
+            None if !send && q.disconnected => {
+                token.disconnected = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A blocking select queues an entry of its own (with an empty packet).
+    pub(crate) fn select_register(
+        &self,
+        send: bool,
+        ctx: &Arc<Ctx>,
+        index: usize,
+        reg: &mut Token,
+    ) {
+        let mut q = self.lock();
+        if q.disconnected {
+            return;
+        }
+        let packet = Packet::new(None);
+        reg.packet = Arc::into_raw(packet.clone()).cast();
+        let entry = Entry {
+            packet,
+            select: Some((ctx.clone(), index)),
+        };
+        if send {
+            q.senders.push_back(entry);
+        } else {
+            q.receivers.push_back(entry);
+        }
+    }
+
+    /// A partner other than `ctx`'s own entries is queued, or the channel is disconnected.
+    pub(crate) fn select_ready(&self, send: bool, ctx: &Arc<Ctx>) -> bool {
+        let q = self.lock();
+        let partners = if send { &q.receivers } else { &q.senders };
+        q.disconnected
+            || partners
+                .iter()
+                .any(|e| !e.select.as_ref().is_some_and(|(c, _)| Arc::ptr_eq(c, ctx)))
+    }
+
+    /// Takes a select's entry out of the queue (if no partner popped it); releases its packet
+    /// unless the select was `selected` through it.
+    pub(crate) fn select_unregister(&self, send: bool, reg: &mut Token, selected: bool) {
+        if reg.packet.is_null() {
+            return;
+        }
+        let packet: *const Packet<T> = reg.packet.cast();
+        {
+            let mut q = self.lock();
+            let queue = if send {
+                &mut q.senders
+            } else {
+                &mut q.receivers
+            };
+            if let Some(i) = queue.iter().position(|e| Arc::as_ptr(&e.packet) == packet) {
+                queue.remove(i);
+            }
+        }
+        if !selected {
+            // SAFETY: `reg.packet` came from `Arc::into_raw` in `select_register`.
+            drop(unsafe { Arc::from_raw(packet) });
+            reg.packet = std::ptr::null();
+        }
+    }
+
+    /// Completes a selected send.
+    pub(crate) fn select_send(&self, token: &mut Token, value: T) -> Result<(), T> {
+        let packet = (!token.packet.is_null())
+            // SAFETY: a token's packet came from `Arc::into_raw` of this channel's packet.
+            .then(|| unsafe { Arc::from_raw(token.packet.cast::<Packet<T>>()) });
+        token.packet = std::ptr::null();
+        let Some(p) = packet.filter(|_| !token.disconnected) else {
+            return Err(value);
+        };
+        // SAFETY: either a receiver's packet we popped (its owner waits for the settling
+        // store), or our own, popped by a receiver that waits for `full`: nobody else touches
+        // the value meanwhile.
+        unsafe { p.with_value(|v| *v = Some(value)) };
+        if token.own {
+            p.full.store(1, Release);
+            p.parking.wake32(&p.full, u32::MAX);
+        } else {
+            p.settle(DONE);
+            p.wake();
+        }
+        Ok(())
+    }
+
+    /// Completes a selected receive.
+    pub(crate) fn select_recv(&self, token: &mut Token) -> Result<T, ()> {
+        let packet = (!token.packet.is_null())
+            // SAFETY: as in `select_send`.
+            .then(|| unsafe { Arc::from_raw(token.packet.cast::<Packet<T>>()) });
+        token.packet = std::ptr::null();
+        let Some(p) = packet.filter(|_| !token.disconnected) else {
+            return Err(());
+        };
+        if !token.own {
+            return Ok(Self::take_from_sender(&p));
+        }
+        // Our own packet: the sender that selected us writes the value and settles it.
+        p.wait(None);
+        match p.state.load(Acquire) {
+            // SAFETY: settled DONE by the sender after writing the value; nobody touches the
+            // packet after settling it.
+            DONE => Ok(unsafe { p.take() }.expect("a settled receiver's packet holds a value")),
+            _ => Err(()),
         }
     }
 }

@@ -1,0 +1,829 @@
+//! Waiting on several channel operations at once: [`Select`] and [`select!`](crate::select!),
+//! as crossbeam-channel's, over any [`mpmc`](crate::mpmc) senders and receivers (bounded,
+//! rendezvous, unbounded, mixed element types).
+//!
+//! # Protocol
+//!
+//! An operation completes in two steps, as in crossbeam-channel: `select` *claims* one (a
+//! slot index won by the channel's CAS, a partner's packet taken from a rendezvous queue, or
+//! the news that the channel is disconnected) and returns it as a [`SelectedOperation`]; its
+//! `send` / `recv` *completes* it (writes or moves the value, which can no longer fail or
+//! block for want of room or values). A claimed slot is *in flight* to everyone else, exactly
+//! as one claimed by a plain `send` / `recv` between its CAS and its stamp store.
+//!
+//! ```text
+//! select(deadline):
+//!   loop:
+//!     try phase: try to claim each operation, from a random one on  → claimed: return it
+//!     ctx = new context {selected: WAITING, ec: event count};  e = ctx.ec.value()
+//!     register ctx on each operation's channel:
+//!       bounded / unbounded: push ctx on the side's observer list, then set the side's
+//!                            waiting flag (RECEIVERS_WAIT in tail, SENDERS_WAIT in head)
+//!       rendezvous:          queue an entry (ctx, index, own packet) as a blocked operation
+//!     none ready now (judged after registering) → ctx.ec.wait(e, deadline)
+//!     CAS(ctx.selected, WAITING → ABORTED)   // closes the registration
+//!     unregister everywhere
+//!     the CAS failed → a rendezvous partner (or its disconnection) selected operation i:
+//!                      return i, with the own packet it was selected through
+//!     deadline passed → Timeout
+//! ```
+//!
+//! **Rendezvous entries.** A partner that pops an entry carrying a context must first win
+//! `CAS(ctx.selected, WAITING → i)` (`Ctx::try_select`); if it loses (the select took another
+//! operation, or closed its registration), it drops the entry and pops the next. So a select
+//! commits to at most one operation: the one whose CAS won, or, after its own CAS to `ABORTED`
+//! won, only what its next try phase claims. A selected receiver's packet then settles as a
+//! plain one (the partner writes the value and stores `DONE`); a selected sender's packet is
+//! filled by the select's owner in [`SelectedOperation::send`], and the partner, which popped
+//! it, waits for its `full` word.
+//!
+//! **Why no wake-up is lost.** For the slot channels, the argument of a blocked `recv`
+//! (`mpmc.rs`, `list.rs`) with the observer list added: the context is on the list before the
+//! flag is set (`fetch_or`); an operation whose CAS comes after that `fetch_or` in the index
+//! word's modification order sees the flag (or finds it cleared by an earlier one that saw
+//! it), and after its stamp store increments the event count *and* every context on the list
+//! — which it sees, as the push happened-before the `fetch_or` its CAS read. One whose CAS
+//! came before is visible to the readiness check after registering (`len`, or the stamp for
+//! the in-flight case), and the select does not sleep. For rendezvous entries, the partner
+//! that pops one selects it under the channel's lock and increments `ctx.ec`; the readiness
+//! check reads the queues under the same lock. So every change that could let a registered
+//! operation proceed either is seen by the check, or increments `ctx.ec` after `e` was read,
+//! and `wait(e)` returns.
+//!
+//! **Invariants.** A context is registered only between its creation and its `ABORTED` CAS
+//! (a fresh one each round, so a stale entry popped late can never select a later round);
+//! `selected` changes once, from `WAITING`. A select returns exactly one operation, claimed
+//! either by its own try phase (no partner can select it then: it is registered nowhere) or by
+//! the partner whose CAS won. Dropping a [`SelectedOperation`] without completing it panics,
+//! as crossbeam-channel's does: its claim would otherwise stall the slot or the partner.
+//!
+//! **Orderings.** The context's CAS is `SeqCst`; the flag and observer arguments use the index
+//! words' modification orders and the observer lock; values move by the channels' own
+//! `Release`/`Acquire` stamps and packet states.
+//!
+//! **Linearisation points.** The selected operation's claim: its channel's CAS, or the
+//! rendezvous critical section that paired it. `Timeout` / `TrySelectError`: the end of the
+//! last try phase.
+//!
+//! **Fairness.** Each try phase starts at a random operation (crossbeam-channel shuffles), so
+//! a busy first operation cannot starve the others.
+
+use std::cell::UnsafeCell;
+use std::time::Duration;
+
+use crate::eventcount::EventCount;
+use crate::lock::SpindleLock;
+use crate::primitives::{yield_now, Arc, AtomicUsize, Ordering::*};
+use crate::time::Deadline;
+
+/// `Ctx::selected` before anything is selected.
+const WAITING: usize = usize::MAX;
+/// `Ctx::selected` once the select closed its registration.
+const ABORTED: usize = usize::MAX - 1;
+/// Set in `Ctx::selected` with the index when a disconnection selected the operation.
+const BY_DISCONNECTION: usize = 1 << (usize::BITS - 2);
+
+/// A blocked select's context: what the rendezvous partners select through, and what every
+/// channel it registered with wakes.
+pub(crate) struct Ctx {
+    selected: AtomicUsize,
+    ec: EventCount,
+}
+
+impl Ctx {
+    fn new() -> Arc<Ctx> {
+        Arc::new(Ctx {
+            selected: AtomicUsize::new(WAITING),
+            ec: EventCount::new(),
+        })
+    }
+
+    /// A rendezvous partner (or the channel's disconnection) picks operation `index`: true if
+    /// it won, and then the select is woken; false if the select has an operation already or
+    /// closed its registration.
+    pub(crate) fn try_select(&self, index: usize, by_disconnection: bool) -> bool {
+        let value = index
+            | if by_disconnection {
+                BY_DISCONNECTION
+            } else {
+                0
+            };
+        let won = self
+            .selected
+            .compare_exchange(WAITING, value, SeqCst, SeqCst)
+            .is_ok();
+        if won {
+            self.ec.increment();
+        }
+        won
+    }
+
+    /// Something changed on a channel it watches: the select re-tries.
+    fn wake(&self) {
+        self.ec.increment();
+    }
+}
+
+/// The selects waiting on one side of a bounded or unbounded channel. Empty (one load) unless a
+/// select waits; it is read only by an operation that found the side's waiting flag.
+pub(crate) struct Observers {
+    count: AtomicUsize,
+    lock: SpindleLock,
+    list: UnsafeCell<Vec<Arc<Ctx>>>,
+}
+
+// SAFETY: the list is accessed only under the lock.
+unsafe impl Send for Observers {}
+// SAFETY: as above.
+unsafe impl Sync for Observers {}
+
+impl Observers {
+    pub(crate) fn new() -> Observers {
+        Observers {
+            count: AtomicUsize::new(0),
+            lock: SpindleLock::new(),
+            list: UnsafeCell::new(Vec::new()),
+        }
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Vec<Arc<Ctx>>) -> R) -> R {
+        self.lock.lock();
+        // SAFETY: the lock is held.
+        let r = f(unsafe { &mut *self.list.get() });
+        // SAFETY: locked above.
+        unsafe { self.lock.unlock() };
+        r
+    }
+
+    pub(crate) fn add(&self, ctx: &Arc<Ctx>) {
+        self.with(|list| {
+            list.push(ctx.clone());
+            self.count.fetch_add(1, Relaxed);
+        });
+    }
+
+    pub(crate) fn remove(&self, ctx: &Arc<Ctx>) {
+        self.with(|list| {
+            if let Some(i) = list.iter().position(|c| Arc::ptr_eq(c, ctx)) {
+                list.swap_remove(i);
+                self.count.fetch_sub(1, Relaxed);
+            }
+        });
+    }
+
+    /// Wakes every registered select (called after the side's waiting flag was found).
+    #[inline]
+    pub(crate) fn notify(&self) {
+        if self.count.load(Acquire) != 0 {
+            self.notify_all();
+        }
+    }
+
+    #[cold]
+    fn notify_all(&self) {
+        self.with(|list| list.iter().for_each(|c| c.wake()));
+    }
+}
+
+/// What a claim took: read by the completion on the same channel.
+pub(crate) struct Token {
+    /// Bounded: the claimed index, and whether the other side's waiting flag was in the word
+    /// the claim replaced (then the completion wakes it).
+    pub(crate) index: u64,
+    pub(crate) wake: bool,
+    /// Unbounded receive: the claimed slot's block and offset.
+    pub(crate) block: *mut (),
+    pub(crate) offset: usize,
+    /// Rendezvous: a packet (`Arc::into_raw`), either the partner's (popped by the claim) or,
+    /// with `own`, the select's own, through which a partner selected it.
+    pub(crate) packet: *const (),
+    pub(crate) own: bool,
+    /// The operation was claimed because the channel is disconnected: it completes with an
+    /// error.
+    pub(crate) disconnected: bool,
+}
+
+impl Default for Token {
+    fn default() -> Token {
+        Token {
+            index: 0,
+            wake: false,
+            block: std::ptr::null_mut(),
+            offset: 0,
+            packet: std::ptr::null(),
+            own: false,
+            disconnected: false,
+        }
+    }
+}
+
+/// What a try phase found for one operation.
+pub(crate) enum Attempt {
+    /// Claimed: the token says what.
+    Claimed,
+    /// The other side of the slot it needs claimed it and has not finished (a few instructions,
+    /// unless that thread was preempted): try again soon.
+    InFlight,
+    NotReady,
+}
+
+/// One side of a channel, as a select sees it (implemented by `mpmc`'s flavours).
+pub(crate) trait Handle {
+    /// The channel's address: a completion checks it was handed the selected channel.
+    fn channel(&self) -> *const ();
+    fn try_claim(&self, send: bool, token: &mut Token) -> Attempt;
+    /// Registers `ctx` for operation `index`; a rendezvous queues an entry and keeps its packet
+    /// in `reg`.
+    fn register(&self, send: bool, ctx: &Arc<Ctx>, index: usize, reg: &mut Token);
+    /// Whether the operation could proceed now, judged after registering: values or room, a
+    /// disconnection, or a rendezvous partner other than `ctx` itself.
+    fn is_ready(&self, send: bool, ctx: &Arc<Ctx>) -> bool;
+    /// Undoes `register`. `selected`: a partner selected this operation through `reg`, which
+    /// the completion then uses; otherwise `reg`'s packet is released.
+    fn unregister(&self, send: bool, ctx: &Arc<Ctx>, reg: &mut Token, selected: bool);
+    /// Releases a claimed receive never completed: receives the value and drops it.
+    fn abandon_recv(&self, token: &mut Token);
+}
+
+/// The nap of a select that saw an operation in flight (see `mpmc::wait`).
+const IN_FLIGHT_FIRST_NAP: Duration = Duration::from_micros(100);
+const IN_FLIGHT_MAX_NAP: Duration = Duration::from_millis(10);
+
+struct Op<'a> {
+    handle: &'a (dyn Handle + 'a),
+    send: bool,
+    index: usize,
+    reg: Token,
+}
+
+/// Waits on several send and receive operations and completes the first that can proceed, as
+/// crossbeam-channel's `Select`.
+///
+/// ```
+/// use spindle_sync::mpmc::{self, Select};
+///
+/// let (tx1, rx1) = mpmc::channel::<u32>(1);
+/// let (_tx2, rx2) = mpmc::unbounded::<&str>();
+/// tx1.send(7).unwrap();
+///
+/// let mut sel = Select::new();
+/// let first = sel.recv(&rx1);
+/// let second = sel.recv(&rx2);
+/// let oper = sel.select();
+/// assert_eq!(oper.index(), first);
+/// assert_eq!(oper.recv(&rx1), Ok(7)); // complete it on the channel it names
+/// # let _ = second;
+/// ```
+///
+/// A selected operation was *claimed*: its completion ([`SelectedOperation::recv`] or
+/// [`SelectedOperation::send`]) cannot block or find the channel full or empty; it reports a
+/// disconnection if that is why it was selected. The protocol is in the module's source.
+pub struct Select<'a> {
+    ops: Vec<Op<'a>>,
+    next_index: usize,
+}
+
+/// An operation [`Select`] chose and claimed; complete it with [`send`](Self::send) or
+/// [`recv`](Self::recv) on the same sender or receiver.
+///
+/// # Panics
+/// When dropped without being completed, as crossbeam-channel's does. A claimed receive is
+/// released first (its value received and dropped); a claimed send holds its slot (or its
+/// rendezvous partner) for ever, since only the completion has the value.
+#[must_use = "a selected operation must be completed with `send` or `recv`"]
+pub struct SelectedOperation<'a> {
+    pub(crate) index: usize,
+    pub(crate) send: bool,
+    pub(crate) handle: &'a (dyn Handle + 'a),
+    pub(crate) token: Token,
+}
+
+/// [`Select::try_select`] found no operation that could proceed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrySelectError;
+
+/// [`Select::select_timeout`] found no operation that could proceed before the deadline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SelectTimeoutError;
+
+impl std::fmt::Display for TrySelectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("no operation could proceed")
+    }
+}
+
+impl std::fmt::Display for SelectTimeoutError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("timed out waiting for an operation that could proceed")
+    }
+}
+
+impl std::error::Error for TrySelectError {}
+impl std::error::Error for SelectTimeoutError {}
+
+/// How long a select may wait.
+enum Patience {
+    No,
+    Until(Option<Deadline>),
+}
+
+impl Default for Select<'_> {
+    fn default() -> Self {
+        Select::new()
+    }
+}
+
+impl std::fmt::Debug for Select<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Select")
+            .field("operations", &self.ops.len())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for SelectedOperation<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SelectedOperation")
+            .field("index", &self.index)
+            .finish()
+    }
+}
+
+impl<'a> Select<'a> {
+    /// An empty selection.
+    pub fn new() -> Select<'a> {
+        Select {
+            ops: Vec::new(),
+            next_index: 0,
+        }
+    }
+
+    pub(crate) fn add(&mut self, handle: &'a (dyn Handle + 'a), send: bool) -> usize {
+        let index = self.next_index;
+        self.next_index += 1;
+        self.ops.push(Op {
+            handle,
+            send,
+            index,
+            reg: Token::default(),
+        });
+        index
+    }
+
+    /// Removes the operation with this index (as returned by [`send`](Self::send) or
+    /// [`recv`](Self::recv)); the other indices stay as they were.
+    ///
+    /// # Panics
+    /// If no operation has this index (never added, or removed already).
+    pub fn remove(&mut self, index: usize) {
+        let i = self
+            .ops
+            .iter()
+            .position(|op| op.index == index)
+            .expect("no operation with this index");
+        self.ops.swap_remove(i);
+    }
+
+    /// Completes nothing, waits for nothing: the first operation that can proceed now, if any.
+    pub fn try_select(&mut self) -> Result<SelectedOperation<'a>, TrySelectError> {
+        self.run(Patience::No).ok_or(TrySelectError)
+    }
+
+    /// Blocks until an operation can proceed, and claims it. With no operation added, blocks
+    /// for ever (as crossbeam-channel's).
+    pub fn select(&mut self) -> SelectedOperation<'a> {
+        self.run(Patience::Until(None))
+            .expect("a select without a deadline returns an operation")
+    }
+
+    /// [`select`](Self::select), for at most `timeout`.
+    pub fn select_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<SelectedOperation<'a>, SelectTimeoutError> {
+        self.select_deadline(Deadline::after(timeout))
+    }
+
+    /// [`select`](Self::select), until `deadline`.
+    pub fn select_deadline(
+        &mut self,
+        deadline: Deadline,
+    ) -> Result<SelectedOperation<'a>, SelectTimeoutError> {
+        self.run(Patience::Until(Some(deadline)))
+            .ok_or(SelectTimeoutError)
+    }
+
+    fn selected(&self, i: usize, token: Token) -> SelectedOperation<'a> {
+        let op = &self.ops[i];
+        SelectedOperation {
+            index: op.index,
+            send: op.send,
+            handle: op.handle,
+            token,
+        }
+    }
+
+    fn run(&mut self, patience: Patience) -> Option<SelectedOperation<'a>> {
+        let n = self.ops.len();
+        if n == 0 {
+            return match patience {
+                Patience::No => None,
+                Patience::Until(deadline) => {
+                    sleep_until(deadline);
+                    None
+                }
+            };
+        }
+        let start = random_below(n);
+        let mut pauses = 0;
+        let mut nap = IN_FLIGHT_FIRST_NAP;
+        loop {
+            let mut in_flight = false;
+            for k in 0..n {
+                let i = (start + k) % n;
+                let op = &self.ops[i];
+                let mut token = Token::default();
+                match op.handle.try_claim(op.send, &mut token) {
+                    Attempt::Claimed => return Some(self.selected(i, token)),
+                    Attempt::InFlight => in_flight = true,
+                    Attempt::NotReady => {}
+                }
+            }
+            let deadline = match patience {
+                Patience::No if in_flight => {
+                    // Linearizable, as `try_recv`: wait out the operation in flight.
+                    pauses += 1;
+                    crate::mpmc::settle(pauses);
+                    continue;
+                }
+                Patience::No => return None,
+                Patience::Until(deadline) => deadline,
+            };
+
+            let ctx = Ctx::new();
+            let e = ctx.ec.value();
+            for op in &mut self.ops {
+                op.handle.register(op.send, &ctx, op.index, &mut op.reg);
+            }
+            let ready = self.ops.iter().any(|op| op.handle.is_ready(op.send, &ctx));
+            if in_flight {
+                // Give the CPU to the thread we wait for, then nap (see `mpmc::wait`).
+                yield_now();
+                if !cfg!(loom) {
+                    let until = Deadline::after(nap);
+                    nap = (nap * 2).min(IN_FLIGHT_MAX_NAP);
+                    let _ = ctx
+                        .ec
+                        .wait(e, Some(deadline.map_or(until, |d| d.min(until))));
+                }
+            } else if !ready {
+                let _ = ctx.ec.wait(e, deadline);
+            }
+            let selected = ctx
+                .selected
+                .compare_exchange(WAITING, ABORTED, SeqCst, SeqCst)
+                .err();
+            let mut chosen = None;
+            for (i, op) in self.ops.iter_mut().enumerate() {
+                let this = selected.is_some_and(|v| v & !BY_DISCONNECTION == op.index);
+                op.handle.unregister(op.send, &ctx, &mut op.reg, this);
+                if this {
+                    let mut token = std::mem::take(&mut op.reg);
+                    token.own = true;
+                    token.disconnected = selected.is_some_and(|v| v & BY_DISCONNECTION != 0);
+                    chosen = Some((i, token));
+                }
+            }
+            if let Some((i, token)) = chosen {
+                return Some(self.selected(i, token));
+            }
+            if deadline.is_some_and(Deadline::has_passed) {
+                return None;
+            }
+        }
+    }
+}
+
+impl SelectedOperation<'_> {
+    /// The index [`Select::send`] or [`Select::recv`] gave this operation.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Checks that a completion names the selected channel and direction.
+    pub(crate) fn check(&self, channel: *const (), send: bool) {
+        assert!(
+            self.handle.channel() == channel && self.send == send,
+            "completed a selected operation on another channel or direction than the selected one"
+        );
+    }
+}
+
+impl Drop for SelectedOperation<'_> {
+    fn drop(&mut self) {
+        // A receive can be released: its value is received and dropped. A send's claim (a
+        // slot, or a partner waiting for the value) stays, as crossbeam-channel's.
+        if !self.send {
+            self.handle.abandon_recv(&mut self.token);
+        }
+        // Not while unwinding (a completion on the wrong channel panicked): that would abort.
+        if !std::thread::panicking() {
+            panic!("dropped a SelectedOperation without completing it with `send` or `recv`");
+        }
+    }
+}
+
+/// A number below `n` from a per-thread xorshift (0 under loom, which wants determinism).
+fn random_below(n: usize) -> usize {
+    if cfg!(loom) || n == 1 {
+        return 0;
+    }
+    thread_local! {
+        static STATE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+    STATE.with(|s| {
+        let mut x = s.get();
+        if x == 0 {
+            // Seed from the thread-local's address: differs between threads.
+            x = (s as *const _ as usize as u32) | 1;
+        }
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        s.set(x);
+        ((u64::from(x) * n as u64) >> 32) as usize
+    })
+}
+
+fn sleep_until(deadline: Option<Deadline>) {
+    loop {
+        match deadline {
+            None => std::thread::park(),
+            Some(d) if d.has_passed() => return,
+            Some(d) => std::thread::sleep(d.remaining()),
+        }
+    }
+}
+
+/// Waits on several channel operations and runs the arm of the first that can proceed, as
+/// crossbeam-channel's `select!`.
+///
+/// Arms: `recv(r) -> res => body`, where `r` is a [`Receiver`](crate::mpmc::Receiver) (or a
+/// reference to one) and `res` a pattern for the `Result<T, RecvError>`; `send(s, msg) -> res
+/// => body`, where `msg` is evaluated only if that send is chosen; at most one `default =>
+/// body` (run if no operation can proceed now) or `default(timeout) => body` (if none can
+/// within `timeout`). Without a default, it blocks. Bodies are blocks or expressions followed by
+/// a comma.
+///
+/// ```
+/// use spindle_sync::{mpmc, select};
+/// use std::time::Duration;
+///
+/// let (tx, rx) = mpmc::channel::<u32>(4);
+/// let (done_tx, done_rx) = mpmc::unbounded::<()>();
+/// tx.send(5).unwrap();
+/// let got = select! {
+///     recv(rx) -> v => v.unwrap(),
+///     recv(done_rx) -> _ => 0,
+///     default(Duration::from_secs(1)) => panic!("nothing within a second"),
+/// };
+/// assert_eq!(got, 5);
+/// # drop(done_tx);
+/// ```
+#[macro_export]
+macro_rules! select {
+    ($($arms:tt)*) => {
+        $crate::__spindle_select!(@parse [] [] $($arms)*)
+    };
+}
+
+/// The parser and generator behind [`select!`]: not an interface.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __spindle_select {
+    // Parsing: each arm becomes `(recv (r) (pat) (body))`, `(send (s) (msg) (pat) (body))`;
+    // the default becomes `now (body)` or `timeout (t) (body)`.
+    (@parse [$($ops:tt)*] [$($def:tt)*]) => {
+        $crate::__spindle_select!(@start [$($ops)*] [$($def)*])
+    };
+    (@parse [$($ops:tt)*] $def:tt recv($r:expr) -> $p:pat => $body:block, $($rest:tt)*) => {
+        $crate::__spindle_select!(@parse [$($ops)* (recv ($r) ($p) ($body))] $def $($rest)*)
+    };
+    (@parse [$($ops:tt)*] $def:tt recv($r:expr) -> $p:pat => $body:block $($rest:tt)*) => {
+        $crate::__spindle_select!(@parse [$($ops)* (recv ($r) ($p) ($body))] $def $($rest)*)
+    };
+    (@parse [$($ops:tt)*] $def:tt recv($r:expr) -> $p:pat => $body:expr, $($rest:tt)*) => {
+        $crate::__spindle_select!(@parse [$($ops)* (recv ($r) ($p) ($body))] $def $($rest)*)
+    };
+    (@parse [$($ops:tt)*] $def:tt recv($r:expr) -> $p:pat => $body:expr) => {
+        $crate::__spindle_select!(@parse [$($ops)* (recv ($r) ($p) ($body))] $def)
+    };
+    (@parse [$($ops:tt)*] $def:tt send($s:expr, $m:expr) -> $p:pat => $body:block, $($rest:tt)*) => {
+        $crate::__spindle_select!(@parse [$($ops)* (send ($s) ($m) ($p) ($body))] $def $($rest)*)
+    };
+    (@parse [$($ops:tt)*] $def:tt send($s:expr, $m:expr) -> $p:pat => $body:block $($rest:tt)*) => {
+        $crate::__spindle_select!(@parse [$($ops)* (send ($s) ($m) ($p) ($body))] $def $($rest)*)
+    };
+    (@parse [$($ops:tt)*] $def:tt send($s:expr, $m:expr) -> $p:pat => $body:expr, $($rest:tt)*) => {
+        $crate::__spindle_select!(@parse [$($ops)* (send ($s) ($m) ($p) ($body))] $def $($rest)*)
+    };
+    (@parse [$($ops:tt)*] $def:tt send($s:expr, $m:expr) -> $p:pat => $body:expr) => {
+        $crate::__spindle_select!(@parse [$($ops)* (send ($s) ($m) ($p) ($body))] $def)
+    };
+    (@parse $ops:tt [] default => $body:block, $($rest:tt)*) => {
+        $crate::__spindle_select!(@parse $ops [now ($body)] $($rest)*)
+    };
+    (@parse $ops:tt [] default => $body:block $($rest:tt)*) => {
+        $crate::__spindle_select!(@parse $ops [now ($body)] $($rest)*)
+    };
+    (@parse $ops:tt [] default => $body:expr, $($rest:tt)*) => {
+        $crate::__spindle_select!(@parse $ops [now ($body)] $($rest)*)
+    };
+    (@parse $ops:tt [] default => $body:expr) => {
+        $crate::__spindle_select!(@parse $ops [now ($body)])
+    };
+    (@parse $ops:tt [] default($t:expr) => $body:block, $($rest:tt)*) => {
+        $crate::__spindle_select!(@parse $ops [timeout ($t) ($body)] $($rest)*)
+    };
+    (@parse $ops:tt [] default($t:expr) => $body:block $($rest:tt)*) => {
+        $crate::__spindle_select!(@parse $ops [timeout ($t) ($body)] $($rest)*)
+    };
+    (@parse $ops:tt [] default($t:expr) => $body:expr, $($rest:tt)*) => {
+        $crate::__spindle_select!(@parse $ops [timeout ($t) ($body)] $($rest)*)
+    };
+    (@parse $ops:tt [] default($t:expr) => $body:expr) => {
+        $crate::__spindle_select!(@parse $ops [timeout ($t) ($body)])
+    };
+    (@parse $ops:tt [$($def:tt)+] default $($rest:tt)*) => {
+        ::core::compile_error!("select! takes at most one `default` arm")
+    };
+    (@parse $ops:tt $def:tt $($rest:tt)+) => {
+        ::core::compile_error!(
+            "select! arms are `recv(r) -> res => body`, `send(s, msg) -> res => body`, \
+             `default => body` or `default(timeout) => body`, separated by commas"
+        )
+    };
+
+    // Binding: each channel is borrowed once, and added to the selection.
+    (@start [$($ops:tt)*] $def:tt) => {{
+        let mut __select = $crate::mpmc::Select::new();
+        $crate::__spindle_select!(@bind __select [$($ops)*] [] $def)
+    }};
+    (@bind $sel:ident [(recv ($r:expr) ($p:pat) ($body:expr)) $($rest:tt)*] [$($done:tt)*] $def:tt) => {{
+        let __handle: &$crate::mpmc::Receiver<_> = &$r;
+        let __index = $sel.recv(__handle);
+        $crate::__spindle_select!(
+            @bind $sel [$($rest)*] [$($done)* (recv __handle __index ($p) ($body))] $def
+        )
+    }};
+    (@bind $sel:ident [(send ($s:expr) ($m:expr) ($p:pat) ($body:expr)) $($rest:tt)*] [$($done:tt)*] $def:tt) => {{
+        let __handle: &$crate::mpmc::Sender<_> = &$s;
+        let __index = $sel.send(__handle);
+        $crate::__spindle_select!(
+            @bind $sel [$($rest)*] [$($done)* (send __handle __index ($m) ($p) ($body))] $def
+        )
+    }};
+    (@bind $sel:ident [] $done:tt []) => {{
+        let __oper = $sel.select();
+        $crate::__spindle_select!(@dispatch __oper $done)
+    }};
+    (@bind $sel:ident [] $done:tt [now ($body:expr)]) => {{
+        match $sel.try_select() {
+            ::core::result::Result::Ok(__oper) => $crate::__spindle_select!(@dispatch __oper $done),
+            ::core::result::Result::Err(_) => $body,
+        }
+    }};
+    (@bind $sel:ident [] $done:tt [timeout ($t:expr) ($body:expr)]) => {{
+        match $sel.select_timeout($t) {
+            ::core::result::Result::Ok(__oper) => $crate::__spindle_select!(@dispatch __oper $done),
+            ::core::result::Result::Err(_) => $body,
+        }
+    }};
+
+    // Dispatching: complete the chosen operation and run its arm.
+    (@dispatch $oper:ident [(recv $h:ident $i:ident ($p:pat) ($body:expr)) $($rest:tt)*]) => {
+        if $oper.index() == $i {
+            let $p = $oper.recv($h);
+            $body
+        } else {
+            $crate::__spindle_select!(@dispatch $oper [$($rest)*])
+        }
+    };
+    (@dispatch $oper:ident [(send $h:ident $i:ident ($m:expr) ($p:pat) ($body:expr)) $($rest:tt)*]) => {
+        if $oper.index() == $i {
+            let $p = $oper.send($h, $m);
+            $body
+        } else {
+            $crate::__spindle_select!(@dispatch $oper [$($rest)*])
+        }
+    };
+    (@dispatch $oper:ident []) => {
+        ::core::unreachable!("select! chose an operation it did not add")
+    };
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use crate::mpmc::{channel, unbounded, RecvError, Select};
+    use loom::thread;
+
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.check(f);
+    }
+
+    /// A select blocked on two bounded channels is woken by a send on either: the observer
+    /// list and the flag lose no wake-up (a lost one is a loom deadlock).
+    #[test]
+    fn select_bounded_recv_is_woken() {
+        model(|| {
+            let (_tx1, rx1) = channel::<u32>(1);
+            let (tx2, rx2) = channel::<u32>(1);
+            // Kept: a disconnection would wake the select and hide a lost wake-up.
+            let _keep = tx2.clone();
+            let t = thread::spawn(move || tx2.send(5).unwrap());
+            let mut sel = Select::new();
+            sel.recv(&rx1);
+            let i2 = sel.recv(&rx2);
+            let oper = sel.select();
+            assert_eq!(oper.index(), i2);
+            assert_eq!(oper.recv(&rx2), Ok(5));
+            t.join().unwrap();
+        });
+    }
+
+    /// A select send on a full bounded channel is woken by the receive that makes room.
+    #[test]
+    fn select_bounded_send_is_woken() {
+        model(|| {
+            let (tx, rx) = channel::<u32>(1);
+            tx.send(1).unwrap();
+            let _keep = rx.clone();
+            let t = thread::spawn(move || rx.recv().unwrap() + rx.recv().unwrap());
+            let mut sel = Select::new();
+            sel.send(&tx);
+            sel.select().send(&tx, 2).unwrap();
+            assert_eq!(t.join().unwrap(), 3);
+        });
+    }
+
+    /// The same over an unbounded channel.
+    #[test]
+    fn select_unbounded_recv_is_woken() {
+        model(|| {
+            let (tx, rx) = unbounded::<u32>();
+            let _keep = tx.clone();
+            let t = thread::spawn(move || tx.send(6).unwrap());
+            let mut sel = Select::new();
+            sel.recv(&rx);
+            assert_eq!(sel.select().recv(&rx), Ok(6));
+            t.join().unwrap();
+        });
+    }
+
+    /// A select receive meets a plain rendezvous send, each possibly first: either the select's
+    /// try phase pops the blocked sender, or the sender pops the select's entry and wins its
+    /// context. The value arrives once; neither blocks for ever.
+    #[test]
+    fn select_rendezvous_recv_meets_send() {
+        model(|| {
+            let (tx, rx) = channel::<u32>(0);
+            let _keep = tx.clone();
+            let t = thread::spawn(move || tx.send(7).unwrap());
+            let mut sel = Select::new();
+            sel.recv(&rx);
+            assert_eq!(sel.select().recv(&rx), Ok(7));
+            t.join().unwrap();
+        });
+    }
+
+    /// A select send meets a plain rendezvous receive: when the receiver pops the select's
+    /// entry, it waits for the value the select's owner writes in its completion.
+    #[test]
+    fn select_rendezvous_send_meets_recv() {
+        model(|| {
+            let (tx, rx) = channel::<u32>(0);
+            let _keep = rx.clone();
+            let t = thread::spawn(move || rx.recv());
+            let mut sel = Select::new();
+            sel.send(&tx);
+            sel.select().send(&tx, 8).unwrap();
+            assert_eq!(t.join().unwrap(), Ok(8));
+        });
+    }
+
+    /// The last sender goes while a select waits on its rendezvous: the disconnection selects
+    /// the receive, which fails.
+    #[test]
+    fn select_rendezvous_disconnection() {
+        model(|| {
+            let (tx, rx) = channel::<u32>(0);
+            let t = thread::spawn(move || drop(tx));
+            let mut sel = Select::new();
+            sel.recv(&rx);
+            assert_eq!(sel.select().recv(&rx), Err(RecvError));
+            t.join().unwrap();
+        });
+    }
+}

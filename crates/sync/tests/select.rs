@@ -1,0 +1,450 @@
+//! `mpmc::Select` and `select!` (crossbeam-channel's): their documented behaviour, written from
+//! crossbeam-channel's documentation, over every flavour (bounded, rendezvous, unbounded), and
+//! a stress test under oversubscription (4 threads per CPU) that counts what must never
+//! happen: a value lost or duplicated, a select completing two operations, and a stall (every
+//! select has a 5 s patience, excused only if `common::Heartbeat` saw the process frozen). No
+//! timing is asserted.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
+use std::time::{Duration, Instant};
+
+use spindle_sync::mpmc::{
+    self, Receiver, RecvError, Select, SendError, Sender, TryRecvError, TrySelectError,
+};
+use spindle_sync::select;
+
+mod common;
+use common::{per_cpu, time_limit, PerSender, Rng};
+
+const PATIENCE: Duration = Duration::from_secs(5);
+
+/// Each flavour, by its capacity: `Some(0)` rendezvous, `Some(n)` bounded, `None` unbounded.
+const FLAVOURS: [Option<usize>; 4] = [Some(0), Some(1), Some(8), None];
+
+fn chan<T>(capacity: Option<usize>) -> (Sender<T>, Receiver<T>) {
+    match capacity {
+        Some(n) => mpmc::channel(n),
+        None => mpmc::unbounded(),
+    }
+}
+
+#[test]
+fn select_receives_from_the_ready_channel() {
+    for cap in [Some(1), Some(8), None] {
+        let (_tx1, rx1) = chan::<u32>(cap);
+        let (tx2, rx2) = chan::<u32>(cap);
+        tx2.send(42).unwrap();
+        let mut sel = Select::new();
+        let i1 = sel.recv(&rx1);
+        let i2 = sel.recv(&rx2);
+        assert_eq!((i1, i2), (0, 1));
+        let oper = sel.select();
+        assert_eq!(oper.index(), i2);
+        assert_eq!(oper.recv(&rx2), Ok(42));
+        assert!(sel.try_select().is_err(), "{cap:?}: both empty now");
+    }
+}
+
+#[test]
+fn select_sends_where_there_is_room() {
+    let (tx1, _rx1) = mpmc::channel::<u32>(1);
+    tx1.send(0).unwrap(); // full
+    let (tx2, rx2) = mpmc::channel::<u32>(1);
+    let mut sel = Select::new();
+    sel.send(&tx1);
+    let i2 = sel.send(&tx2);
+    let oper = sel.select_timeout(PATIENCE).expect("tx2 has room");
+    assert_eq!(oper.index(), i2);
+    assert_eq!(oper.send(&tx2, 5), Ok(()));
+    assert_eq!(rx2.try_recv(), Ok(5));
+    // An unbounded channel always has room.
+    let (tx3, rx3) = mpmc::unbounded::<u32>();
+    let mut sel = Select::new();
+    sel.send(&tx1);
+    let i3 = sel.send(&tx3);
+    let oper = sel.try_select().unwrap();
+    assert_eq!(oper.index(), i3);
+    oper.send(&tx3, 6).unwrap();
+    assert_eq!(rx3.try_recv(), Ok(6));
+}
+
+#[test]
+fn try_select_and_timeouts_when_nothing_is_ready() {
+    for cap in FLAVOURS {
+        let (_tx, rx) = chan::<u32>(cap);
+        let mut sel = Select::new();
+        sel.recv(&rx);
+        assert_eq!(sel.try_select().map(|_| ()), Err(TrySelectError), "{cap:?}");
+        let t0 = Instant::now();
+        assert!(sel.select_timeout(Duration::from_millis(20)).is_err());
+        assert!(t0.elapsed() >= Duration::from_millis(20), "{cap:?}");
+    }
+    // No operations: try_select fails, a timed select times out.
+    let mut sel = Select::new();
+    assert!(sel.try_select().is_err());
+    assert!(sel.select_timeout(Duration::from_millis(5)).is_err());
+}
+
+#[test]
+fn a_blocked_select_is_woken_by_each_flavour() {
+    for cap in FLAVOURS {
+        let (_tx1, rx1) = chan::<u32>(cap);
+        let (tx2, rx2) = chan::<u32>(cap);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(20));
+                tx2.send(9).unwrap();
+            });
+            let mut sel = Select::new();
+            sel.recv(&rx1);
+            let i2 = sel.recv(&rx2);
+            let oper = sel.select_timeout(PATIENCE).expect("woken by the send");
+            assert_eq!(oper.index(), i2, "{cap:?}");
+            assert_eq!(oper.recv(&rx2), Ok(9), "{cap:?}");
+        });
+    }
+}
+
+#[test]
+fn a_blocked_select_send_is_woken_by_room() {
+    for cap in [Some(0), Some(1)] {
+        let (tx1, rx1) = chan::<u32>(cap);
+        if cap == Some(1) {
+            tx1.send(1).unwrap();
+        }
+        let (tx2, _rx2) = mpmc::channel::<u32>(1);
+        tx2.send(0).unwrap(); // full, stays full
+        std::thread::scope(|s| {
+            let r = s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(20));
+                let mut got = vec![rx1.recv_timeout(PATIENCE).unwrap()];
+                if cap == Some(1) {
+                    got.push(rx1.recv_timeout(PATIENCE).unwrap());
+                }
+                got
+            });
+            let mut sel = Select::new();
+            let i1 = sel.send(&tx1);
+            sel.send(&tx2);
+            let oper = sel.select_timeout(PATIENCE).expect("woken by the receive");
+            assert_eq!(oper.index(), i1);
+            assert_eq!(oper.send(&tx1, 7), Ok(()));
+            let got = r.join().unwrap();
+            assert_eq!(got.last(), Some(&7), "{cap:?}");
+        });
+    }
+}
+
+/// A rendezvous pairs a select with a plain blocked partner, and two selects with each other.
+#[test]
+fn rendezvous_pairs_selects_with_partners_and_with_selects() {
+    let (tx, rx) = mpmc::channel::<u32>(0);
+    std::thread::scope(|s| {
+        s.spawn(|| tx.send(3).unwrap());
+        let mut sel = Select::new();
+        sel.recv(&rx);
+        let oper = sel.select_timeout(PATIENCE).expect("a sender comes");
+        assert_eq!(oper.recv(&rx), Ok(3));
+    });
+    std::thread::scope(|s| {
+        s.spawn(|| assert_eq!(rx.recv_timeout(PATIENCE), Ok(4)));
+        let mut sel = Select::new();
+        sel.send(&tx);
+        let oper = sel.select_timeout(PATIENCE).expect("a receiver comes");
+        assert_eq!(oper.send(&tx, 4), Ok(()));
+    });
+    for round in 0..200u32 {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let got = select! {
+                    recv(rx) -> v => v.unwrap(),
+                    default(PATIENCE) => panic!("round {round}: no sender"),
+                };
+                assert_eq!(got, round);
+            });
+            select! {
+                send(tx, round) -> r => r.unwrap(),
+                default(PATIENCE) => panic!("round {round}: no receiver"),
+            }
+        });
+    }
+    // A select does not pair with itself.
+    let mut sel = Select::new();
+    sel.send(&tx);
+    sel.recv(&rx);
+    assert!(sel.select_timeout(Duration::from_millis(10)).is_err());
+}
+
+#[test]
+fn disconnection_selects_the_operation_with_an_error() {
+    for cap in FLAVOURS {
+        let (tx, rx) = chan::<u32>(cap);
+        let (_tx2, rx2) = chan::<u32>(cap);
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                std::thread::sleep(Duration::from_millis(10));
+                drop(tx);
+            });
+            let mut sel = Select::new();
+            let i = sel.recv(&rx);
+            sel.recv(&rx2);
+            let oper = sel.select_timeout(PATIENCE).expect("the disconnection");
+            assert_eq!(oper.index(), i, "{cap:?}");
+            assert_eq!(oper.recv(&rx), Err(RecvError), "{cap:?}");
+        });
+        let (tx, rx) = chan::<u32>(cap);
+        drop(rx);
+        let mut sel = Select::new();
+        sel.send(&tx);
+        let oper = sel.try_select().expect("a disconnected channel is ready");
+        assert_eq!(oper.send(&tx, 8), Err(SendError(8)), "{cap:?}");
+    }
+}
+
+/// Values queued before the disconnection are still received through a select.
+#[test]
+fn select_drains_before_reporting_disconnection() {
+    for cap in [Some(4), None] {
+        let (tx, rx) = chan::<u32>(cap);
+        tx.send(1).unwrap();
+        tx.send(2).unwrap();
+        drop(tx);
+        let mut got = Vec::new();
+        loop {
+            let mut sel = Select::new();
+            sel.recv(&rx);
+            match sel.select().recv(&rx) {
+                Ok(v) => got.push(v),
+                Err(RecvError) => break,
+            }
+        }
+        assert_eq!(got, [1, 2]);
+    }
+}
+
+#[test]
+fn removed_operations_are_not_selected() {
+    let (tx1, rx1) = mpmc::channel::<u32>(1);
+    let (tx2, rx2) = mpmc::channel::<u32>(1);
+    tx1.send(1).unwrap();
+    tx2.send(2).unwrap();
+    let mut sel = Select::new();
+    let i1 = sel.recv(&rx1);
+    let i2 = sel.recv(&rx2);
+    sel.remove(i1);
+    for _ in 0..2 {
+        let oper = sel.try_select().unwrap();
+        assert_eq!(oper.index(), i2);
+        assert_eq!(oper.recv(&rx2), Ok(2));
+        tx2.send(2).unwrap();
+    }
+}
+
+/// Two always-ready receivers are both chosen: the try phase starts at a random operation.
+#[test]
+fn ready_operations_are_chosen_fairly() {
+    let (tx1, rx1) = mpmc::unbounded::<u32>();
+    let (tx2, rx2) = mpmc::unbounded::<u32>();
+    let mut counts = [0u32; 2];
+    for _ in 0..1000 {
+        tx1.send(1).unwrap();
+        tx2.send(2).unwrap();
+        select! {
+            recv(rx1) -> v => { assert_eq!(v, Ok(1)); counts[0] += 1 }
+            recv(rx2) -> v => { assert_eq!(v, Ok(2)); counts[1] += 1 }
+        }
+    }
+    assert!(counts.iter().all(|&c| c > 300), "{counts:?}");
+}
+
+#[test]
+#[should_panic(expected = "another channel")]
+fn completing_on_another_channel_panics() {
+    let (tx1, rx1) = mpmc::channel::<u32>(1);
+    let (_tx2, rx2) = mpmc::channel::<u32>(1);
+    tx1.send(1).unwrap();
+    let mut sel = Select::new();
+    sel.recv(&rx1);
+    let oper = sel.select();
+    let _ = oper.recv(&rx2);
+}
+
+#[test]
+#[should_panic(expected = "without completing")]
+fn dropping_a_selected_operation_panics() {
+    let (tx, rx) = mpmc::channel::<u32>(1);
+    tx.send(1).unwrap();
+    let mut sel = Select::new();
+    sel.recv(&rx);
+    drop(sel.select());
+}
+
+#[test]
+fn the_macro_takes_crossbeams_arm_forms() {
+    let (tx, rx) = mpmc::channel::<u32>(2);
+    let (utx, urx) = mpmc::unbounded::<&str>();
+    // `default` when nothing is ready; references and values both accepted.
+    let r = select! {
+        recv(&rx) -> _ => 1,
+        recv(urx) -> _ => 2,
+        default => 3,
+    };
+    assert_eq!(r, 3);
+    // Block bodies without commas; a send whose message is evaluated only when chosen.
+    let evaluated = AtomicUsize::new(0);
+    let (full, _keep) = mpmc::channel::<u32>(1);
+    full.send(0).unwrap();
+    let got;
+    select! {
+        send(full, { evaluated.fetch_add(1, Relaxed); 1 }) -> _ => { got = 1 }
+        send(tx, 7) -> res => { res.unwrap(); got = 7 }
+    }
+    assert_eq!((got, evaluated.load(Relaxed)), (7, 0));
+    assert_eq!(rx.try_recv(), Ok(7));
+    // A timed default, and a trailing arm without a comma.
+    utx.send("x").unwrap();
+    let s = select! {
+        recv(rx) -> _ => "rx",
+        default(Duration::from_millis(1)) => "timeout",
+        recv(urx) -> v => v.unwrap()
+    };
+    assert_eq!(s, "x");
+    let s = select! {
+        recv(rx) -> _ => "rx",
+        default(Duration::from_millis(1)) => "timeout"
+    };
+    assert_eq!(s, "timeout");
+    assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
+}
+
+/// Producers on one channel of each flavour, consumers selecting over all of them (and some
+/// selecting sends into a forwarding channel): every value arrives exactly once.
+#[test]
+fn select_stress_each_value_once() {
+    common::heartbeat();
+    let threads = per_cpu(4, 8);
+    let flavours = FLAVOURS.len();
+    let producers = (threads / 2).max(flavours);
+    let consumers = threads - threads / 2;
+    let per_producer: u64 = if cfg!(debug_assertions) {
+        20_000
+    } else {
+        200_000
+    };
+    let started = Instant::now();
+    let (stalls, excused) = (AtomicU64::new(0), AtomicU64::new(0));
+    let (sent, got) = (PerSender::new(producers), PerSender::new(producers));
+    let chans: Vec<_> = FLAVOURS.iter().map(|&c| chan::<(usize, u64)>(c)).collect();
+    // Consumers forward every fourth value through a select send into one of two channels (a
+    // bounded one and a rendezvous), which one thread drains through selects: rendezvous
+    // selects then pair with selects.
+    let (fwd_tx, fwd_rx) = mpmc::channel::<(usize, u64)>(2);
+    let (zfwd_tx, zfwd_rx) = mpmc::channel::<(usize, u64)>(0);
+    std::thread::scope(|s| {
+        for id in 0..producers {
+            let tx = chans[id % flavours].0.clone();
+            let sent = &sent;
+            s.spawn(move || {
+                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (id as u64 + 1));
+                let mut seq = 0;
+                while seq < per_producer && started.elapsed() < time_limit() {
+                    tx.send((id, seq)).unwrap();
+                    sent.add(id, seq);
+                    seq += 1;
+                    if rng.below(16) == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+            });
+        }
+        let receivers: Vec<_> = chans.iter().map(|c| c.1.clone()).collect();
+        drop(chans);
+        let forwarded = s.spawn(|| {
+            let (mut n, mut open) = (0u64, [true, true]);
+            while open != [false, false] {
+                let v = select! {
+                    recv(fwd_rx) -> v => v.map_err(|_| open[0] = false),
+                    recv(zfwd_rx) -> v => v.map_err(|_| open[1] = false),
+                };
+                if let Ok((id, seq)) = v {
+                    got.add(id, seq);
+                    n += 1;
+                }
+            }
+            n
+        });
+        let consumers: Vec<_> = (0..consumers)
+            .map(|c| {
+                let receivers = receivers.clone();
+                let (fwd_tx, zfwd_tx) = (fwd_tx.clone(), zfwd_tx.clone());
+                let (got, stalls, excused) = (&got, &stalls, &excused);
+                s.spawn(move || {
+                    let mut open = receivers.len();
+                    let mut done = vec![false; receivers.len()];
+                    let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ (c as u64 + 7));
+                    while open > 0 {
+                        let mut sel = Select::new();
+                        let indices: Vec<_> = receivers
+                            .iter()
+                            .zip(&done)
+                            .map(|(r, &d)| (!d).then(|| sel.recv(r)))
+                            .collect();
+                        let t0 = Instant::now();
+                        let oper = match rng.below(3) {
+                            0 => match sel.try_select() {
+                                Ok(o) => o,
+                                Err(_) => continue,
+                            },
+                            _ => match sel.select_timeout(PATIENCE) {
+                                Ok(o) => o,
+                                Err(_) => {
+                                    if common::heartbeat().excuses("select", t0, PATIENCE) {
+                                        excused.fetch_add(1, Relaxed);
+                                    } else {
+                                        stalls.fetch_add(1, Relaxed);
+                                    }
+                                    continue;
+                                }
+                            },
+                        };
+                        let k = indices
+                            .iter()
+                            .position(|&i| i == Some(oper.index()))
+                            .expect("a selected index is one added");
+                        match oper.recv(&receivers[k]) {
+                            Ok(v) if v.1 % 4 == 0 => {
+                                // Forward it through a select send.
+                                select! {
+                                    send(fwd_tx, v) -> r => r.unwrap(),
+                                    send(zfwd_tx, v) -> r => r.unwrap(),
+                                }
+                            }
+                            Ok((id, seq)) => got.add(id, seq),
+                            Err(RecvError) => {
+                                done[k] = true;
+                                open -= 1;
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        drop((fwd_tx, zfwd_tx));
+        for c in consumers {
+            c.join().unwrap();
+        }
+        assert!(forwarded.join().unwrap() > 0);
+    });
+    let mismatched = sent.mismatches(&got);
+    eprintln!(
+        "select stress: {producers} producers, {consumers} consumers, {} values, {} excused stalls",
+        sent.total(),
+        excused.load(Relaxed)
+    );
+    assert_eq!(mismatched, 0, "values lost or duplicated");
+    assert_eq!(
+        stalls.load(Relaxed),
+        0,
+        "selects that waited past their patience"
+    );
+}
