@@ -884,6 +884,79 @@ fn unbounded_section<'a>(plan: &mut Plan<'a>, pin: Cpus<'a>) {
     }
 }
 
+/// `n` 8-byte items, sent alternately into two bounded channels by one thread and received by
+/// another through a `select!` over both: what waiting on two channels at once costs.
+fn select_spindle(n: u64, pin: Cpus) -> Span {
+    let (a, b) = (mpmc::channel::<u64>(CAPACITY), mpmc::channel::<u64>(CAPACITY));
+    pair(
+        (a.0, b.0),
+        (a.1, b.1),
+        pin,
+        |(a, b)| {
+            for i in 0..n {
+                let tx = if i % 2 == 0 { &a } else { &b };
+                tx.send(i).expect("the receiver lives");
+            }
+        },
+        |(a, b)| {
+            for _ in 0..n {
+                let v = spindle_sync::select! {
+                    recv(a) -> v => v,
+                    recv(b) -> v => v,
+                };
+                std::hint::black_box(v.expect("the sender lives"));
+            }
+        },
+    )
+}
+
+/// [`select_spindle`] with crossbeam-channel's channels and `select!`.
+fn select_crossbeam(n: u64, pin: Cpus) -> Span {
+    let (a, b) = (
+        crossbeam_channel::bounded::<u64>(CAPACITY),
+        crossbeam_channel::bounded::<u64>(CAPACITY),
+    );
+    pair(
+        (a.0, b.0),
+        (a.1, b.1),
+        pin,
+        |(a, b)| {
+            for i in 0..n {
+                let tx = if i % 2 == 0 { &a } else { &b };
+                tx.send(i).expect("the receiver lives");
+            }
+        },
+        |(a, b)| {
+            for _ in 0..n {
+                let v = crossbeam_channel::select! {
+                    recv(a) -> v => v,
+                    recv(b) -> v => v,
+                };
+                std::hint::black_box(v.expect("the sender lives"));
+            }
+        },
+    )
+}
+
+/// Waiting on two channels at once: Spindle's `select!` against crossbeam-channel's.
+fn select_section<'a>(plan: &mut Plan<'a>, pin: Cpus<'a>) {
+    plan.section(
+        Section::per_op(
+            "select",
+            "Receive 8-byte items from two channels through select!, sender on another CPU",
+            "item",
+        )
+        .baseline("select-crossbeam"),
+    );
+    let variants: [(&str, &str, TwoThreads); 2] = [
+        ("select-spindle", "Spindle mpmc + select!", select_spindle),
+        ("select-crossbeam", "crossbeam-channel + select!", select_crossbeam),
+    ];
+    for (id, label, run) in variants {
+        plan.variant(Variant::per_op("select", id, label, move |n| run(n, pin)).threads(2));
+    }
+}
+
 /// Messages through one channel with `threads` threads, channels with cloneable ends.
 fn many_section(plan: &mut Plan<'_>, threads: usize) {
     plan.section(
@@ -987,6 +1060,14 @@ fn claims(plan: &mut Plan<'_>, threads: usize) {
             .at_most(1.0),
         );
     }
+    plan.claim(
+        g(
+            "select-vs-crossbeam",
+            "Spindle's select! over two channels receives at least as fast as crossbeam-channel's",
+        )
+        .ratio("select-spindle", "select-crossbeam")
+        .at_most(1.0),
+    );
     for (id, peer, name) in [
         ("mpmc-vs-crossbeam", "crossbeam", "crossbeam-channel"),
         ("mpmc-vs-kanal", "kanal", "kanal"),
@@ -1006,7 +1087,7 @@ impl Experiment for Rings {
     fn info(&self) -> Info {
         Info {
             name: "rings",
-            title: "Rings and channels: fast path, streaming, ping-pong, idle waiting, wake-up, MPMC",
+            title: "Rings and channels: fast path, streaming, ping-pong, idle waiting, wake-up, MPMC, unbounded, select",
             summary: "Spindle's spsc ring and mpmc channel vs rtrb, crossbeam (channel, ArrayQueue), flume, kanal, std, ringbuf-blocking",
             question: "Does a ring that can block cost anything when nobody waits — one thread, two threads streaming, \
                        ping-pong on two CPUs and on one — how much CPU does a waiting consumer burn, how fast does a \
@@ -1045,6 +1126,7 @@ impl Experiment for Rings {
         wake_section(&mut plan, pin, ctx.machine.tsc_ghz);
         many_section(&mut plan, threads);
         unbounded_section(&mut plan, pin);
+        select_section(&mut plan, pin);
         claims(&mut plan, threads);
         plan.note("Rings that never block (rtrb, ArrayQueue) are driven as their users drive them: retry with pause, and sched_yield every 64 tries; in the idle and wake sections they would burn a whole CPU by design, so they are left out there.");
         plan.note("std's sync_channel has one receiver, so it is left out of the MPMC section; so are the single-producer rings.");
