@@ -186,6 +186,7 @@ impl Observers {
 }
 
 /// What a claim took: read by the completion on the same channel.
+#[derive(Clone, Copy)]
 pub(crate) struct Token {
     /// Bounded: the claimed index, and whether the other side's waiting flag was in the word
     /// the claim replaced (then the completion wakes it).
@@ -249,11 +250,71 @@ pub(crate) trait Handle {
 const IN_FLIGHT_FIRST_NAP: Duration = Duration::from_micros(100);
 const IN_FLIGHT_MAX_NAP: Duration = Duration::from_millis(10);
 
+#[derive(Clone, Copy)]
 struct Op<'a> {
     handle: &'a (dyn Handle + 'a),
     send: bool,
     index: usize,
     reg: Token,
+}
+
+/// How many operations a selection keeps without allocating (a `select!` rarely has more).
+const INLINE_OPS: usize = 4;
+
+/// The operations of a selection: the first [`INLINE_OPS`] in place, the rest on the heap, so
+/// that a `select!` allocates nothing before it has to block.
+struct Ops<'a> {
+    inline: [Option<Op<'a>>; INLINE_OPS],
+    len: usize,
+    spilled: Vec<Op<'a>>,
+}
+
+impl<'a> Ops<'a> {
+    fn new() -> Ops<'a> {
+        Ops {
+            inline: [None; INLINE_OPS],
+            len: 0,
+            spilled: Vec::new(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn push(&mut self, op: Op<'a>) {
+        match self.inline.get_mut(self.len) {
+            Some(slot) => *slot = Some(op),
+            None => self.spilled.push(op),
+        }
+        self.len += 1;
+    }
+
+    fn get(&self, i: usize) -> &Op<'a> {
+        match self.inline.get(i) {
+            Some(op) => op.as_ref().expect("below len"),
+            None => &self.spilled[i - INLINE_OPS],
+        }
+    }
+
+    fn get_mut(&mut self, i: usize) -> &mut Op<'a> {
+        match self.inline.get_mut(i) {
+            Some(op) => op.as_mut().expect("below len"),
+            None => &mut self.spilled[i - INLINE_OPS],
+        }
+    }
+
+    /// Removes the `i`-th, moving the last into its place.
+    fn swap_remove(&mut self, i: usize) {
+        let last = *self.get(self.len - 1);
+        *self.get_mut(i) = last;
+        if self.len > INLINE_OPS {
+            self.spilled.pop();
+        } else {
+            self.inline[self.len - 1] = None;
+        }
+        self.len -= 1;
+    }
 }
 
 /// Waits on several send and receive operations and completes the first that can proceed, as
@@ -279,7 +340,7 @@ struct Op<'a> {
 /// [`SelectedOperation::send`]) cannot block or find the channel full or empty; it reports a
 /// disconnection if that is why it was selected. The protocol is in the module's source.
 pub struct Select<'a> {
-    ops: Vec<Op<'a>>,
+    ops: Ops<'a>,
     next_index: usize,
 }
 
@@ -353,7 +414,7 @@ impl<'a> Select<'a> {
     /// An empty selection.
     pub fn new() -> Select<'a> {
         Select {
-            ops: Vec::new(),
+            ops: Ops::new(),
             next_index: 0,
         }
     }
@@ -376,10 +437,8 @@ impl<'a> Select<'a> {
     /// # Panics
     /// If no operation has this index (never added, or removed already).
     pub fn remove(&mut self, index: usize) {
-        let i = self
-            .ops
-            .iter()
-            .position(|op| op.index == index)
+        let i = (0..self.ops.len())
+            .find(|&i| self.ops.get(i).index == index)
             .expect("no operation with this index");
         self.ops.swap_remove(i);
     }
@@ -414,7 +473,7 @@ impl<'a> Select<'a> {
     }
 
     fn selected(&self, i: usize, token: Token) -> SelectedOperation<'a> {
-        let op = &self.ops[i];
+        let op = self.ops.get(i);
         SelectedOperation {
             index: op.index,
             send: op.send,
@@ -441,7 +500,7 @@ impl<'a> Select<'a> {
             let mut in_flight = false;
             for k in 0..n {
                 let i = (start + k) % n;
-                let op = &self.ops[i];
+                let op = self.ops.get(i);
                 let mut token = Token::default();
                 match op.handle.try_claim(op.send, &mut token) {
                     Attempt::Claimed => return Some(self.selected(i, token)),
@@ -462,10 +521,14 @@ impl<'a> Select<'a> {
 
             let ctx = Ctx::new();
             let e = ctx.ec.value();
-            for op in &mut self.ops {
+            for i in 0..n {
+                let op = self.ops.get_mut(i);
                 op.handle.register(op.send, &ctx, op.index, &mut op.reg);
             }
-            let ready = self.ops.iter().any(|op| op.handle.is_ready(op.send, &ctx));
+            let ready = (0..n).any(|i| {
+                let op = self.ops.get(i);
+                op.handle.is_ready(op.send, &ctx)
+            });
             if in_flight {
                 // Give the CPU to the thread we wait for, then nap (see `mpmc::wait`).
                 yield_now();
@@ -484,7 +547,8 @@ impl<'a> Select<'a> {
                 .compare_exchange(WAITING, ABORTED, SeqCst, SeqCst)
                 .err();
             let mut chosen = None;
-            for (i, op) in self.ops.iter_mut().enumerate() {
+            for i in 0..n {
+                let op = self.ops.get_mut(i);
                 let this = selected.is_some_and(|v| v & !BY_DISCONNECTION == op.index);
                 op.handle.unregister(op.send, &ctx, &mut op.reg, this);
                 if this {

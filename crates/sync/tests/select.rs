@@ -240,6 +240,33 @@ fn removed_operations_are_not_selected() {
     }
 }
 
+/// More operations than a selection keeps in place (it spills to the heap): each is reached,
+/// also after removals across that boundary.
+#[test]
+fn many_operations_and_removals() {
+    let chans: Vec<_> = (0..9).map(|_| mpmc::channel::<usize>(1)).collect();
+    let mut sel = Select::new();
+    let indices: Vec<_> = chans.iter().map(|(_, rx)| sel.recv(rx)).collect();
+    assert_eq!(indices, (0..9).collect::<Vec<_>>());
+    for k in [0, 5, 8] {
+        sel.remove(indices[k]);
+    }
+    for (k, (tx, rx)) in chans.iter().enumerate() {
+        tx.send(k).unwrap();
+        match sel.try_select() {
+            Ok(oper) => {
+                assert!(![0, 5, 8].contains(&k), "removed operation {k} was selected");
+                assert_eq!(oper.index(), indices[k]);
+                assert_eq!(oper.recv(rx), Ok(k));
+            }
+            Err(TrySelectError) => {
+                assert!([0, 5, 8].contains(&k), "operation {k} was not selected");
+                assert_eq!(rx.try_recv(), Ok(k));
+            }
+        }
+    }
+}
+
 /// Two always-ready receivers are both chosen: the try phase starts at a random operation.
 #[test]
 fn ready_operations_are_chosen_fairly() {

@@ -887,7 +887,10 @@ fn unbounded_section<'a>(plan: &mut Plan<'a>, pin: Cpus<'a>) {
 /// `n` 8-byte items, sent alternately into two bounded channels by one thread and received by
 /// another through a `select!` over both: what waiting on two channels at once costs.
 fn select_spindle(n: u64, pin: Cpus) -> Span {
-    let (a, b) = (mpmc::channel::<u64>(CAPACITY), mpmc::channel::<u64>(CAPACITY));
+    let (a, b) = (
+        mpmc::channel::<u64>(CAPACITY),
+        mpmc::channel::<u64>(CAPACITY),
+    );
     pair(
         (a.0, b.0),
         (a.1, b.1),
@@ -899,12 +902,18 @@ fn select_spindle(n: u64, pin: Cpus) -> Span {
             }
         },
         |(a, b)| {
-            for _ in 0..n {
+            // Once the sender is done, a drained channel is ready too (disconnected), as
+            // crossbeam-channel's select! says: count the items.
+            let mut got = 0;
+            while got < n {
                 let v = spindle_sync::select! {
                     recv(a) -> v => v,
                     recv(b) -> v => v,
                 };
-                std::hint::black_box(v.expect("the sender lives"));
+                if let Ok(v) = v {
+                    std::hint::black_box(v);
+                    got += 1;
+                }
             }
         },
     )
@@ -927,12 +936,18 @@ fn select_crossbeam(n: u64, pin: Cpus) -> Span {
             }
         },
         |(a, b)| {
-            for _ in 0..n {
+            // Once the sender is done, a drained channel is ready too (disconnected), as
+            // crossbeam-channel's select! says: count the items.
+            let mut got = 0;
+            while got < n {
                 let v = crossbeam_channel::select! {
                     recv(a) -> v => v,
                     recv(b) -> v => v,
                 };
-                std::hint::black_box(v.expect("the sender lives"));
+                if let Ok(v) = v {
+                    std::hint::black_box(v);
+                    got += 1;
+                }
             }
         },
     )
@@ -950,7 +965,11 @@ fn select_section<'a>(plan: &mut Plan<'a>, pin: Cpus<'a>) {
     );
     let variants: [(&str, &str, TwoThreads); 2] = [
         ("select-spindle", "Spindle mpmc + select!", select_spindle),
-        ("select-crossbeam", "crossbeam-channel + select!", select_crossbeam),
+        (
+            "select-crossbeam",
+            "crossbeam-channel + select!",
+            select_crossbeam,
+        ),
     ];
     for (id, label, run) in variants {
         plan.variant(Variant::per_op("select", id, label, move |n| run(n, pin)).threads(2));
