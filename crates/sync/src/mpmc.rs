@@ -113,7 +113,9 @@ use crate::primitives::{
 };
 use crate::rendezvous::{Failed, Wait};
 use crate::select::{Attempt, Ctx, Handle, Observers, Token};
-pub use crate::select::{Select, SelectTimeoutError, SelectedOperation, TrySelectError};
+pub use crate::select::{
+    ReadyTimeoutError, Select, SelectTimeoutError, SelectedOperation, TryReadyError, TrySelectError,
+};
 use crate::time::Deadline;
 
 crate::channel::errors! {
@@ -765,6 +767,13 @@ impl<T> Handle for Flavor<T> {
     }
 
     fn register(&self, send: bool, ctx: &Arc<Ctx>, index: usize, reg: &mut Token) {
+        match self {
+            Flavor::Zero(c) => c.select_register(send, ctx, index, reg),
+            _ => self.watch(send, ctx),
+        }
+    }
+
+    fn watch(&self, send: bool, ctx: &Arc<Ctx>) {
         match (self, send) {
             (Flavor::Array(c), true) => {
                 c.send_select.add(ctx);
@@ -776,13 +785,23 @@ impl<T> Handle for Flavor<T> {
             }
             (Flavor::List(_), true) => {}
             (Flavor::List(c), false) => c.watch(ctx),
-            (Flavor::Zero(c), send) => c.select_register(send, ctx, index, reg),
+            (Flavor::Zero(c), send) => c.watch(send, ctx),
         }
     }
 
-    fn is_ready(&self, send: bool, ctx: &Arc<Ctx>) -> bool {
+    fn unwatch(&self, send: bool, ctx: &Arc<Ctx>) {
         match (self, send) {
-            (Flavor::Zero(c), send) => c.select_ready(send, ctx),
+            (Flavor::Array(c), true) => c.send_select.remove(ctx),
+            (Flavor::Array(c), false) => c.recv_select.remove(ctx),
+            (Flavor::List(_), true) => {}
+            (Flavor::List(c), false) => c.unwatch(ctx),
+            (Flavor::Zero(c), send) => c.unwatch(send, ctx),
+        }
+    }
+
+    fn is_ready(&self, send: bool, own: Option<&Arc<Ctx>>) -> bool {
+        match (self, send) {
+            (Flavor::Zero(c), send) => c.select_ready(send, own),
             (Flavor::List(_), true) => true,
             (_, true) => {
                 self.len() < self.capacity().unwrap_or(usize::MAX) || self.is_disconnected()
@@ -792,12 +811,9 @@ impl<T> Handle for Flavor<T> {
     }
 
     fn unregister(&self, send: bool, ctx: &Arc<Ctx>, reg: &mut Token, selected: bool) {
-        match (self, send) {
-            (Flavor::Array(c), true) => c.send_select.remove(ctx),
-            (Flavor::Array(c), false) => c.recv_select.remove(ctx),
-            (Flavor::List(_), true) => {}
-            (Flavor::List(c), false) => c.unwatch(ctx),
-            (Flavor::Zero(c), send) => c.select_unregister(send, reg, selected),
+        match self {
+            Flavor::Zero(c) => c.select_unregister(send, reg, selected),
+            _ => self.unwatch(send, ctx),
         }
     }
 

@@ -55,7 +55,7 @@ use std::collections::VecDeque;
 use crate::futex::Parking;
 use crate::lock::SpindleLock;
 use crate::primitives::{spin_loop, Arc, AtomicU32, AtomicUsize, Ordering::*};
-use crate::select::{Ctx, Token};
+use crate::select::{Ctx, Observers, Token};
 use crate::time::Deadline;
 
 /// A packet's value slot: under loom, loom's cell, so that the models check the ownership
@@ -216,6 +216,9 @@ pub(crate) struct Chan<T> {
     queues: UnsafeCell<Queues<T>>,
     pub(crate) senders: AtomicUsize,
     pub(crate) receivers: AtomicUsize,
+    /// `Select::ready`s waiting for a sender to be queued (they would receive) / a receiver.
+    recv_watch: Observers,
+    send_watch: Observers,
 }
 
 // SAFETY: values move between threads (T: Send); the queues are accessed only under the lock,
@@ -267,6 +270,35 @@ impl<T> Chan<T> {
             }),
             senders: AtomicUsize::new(1),
             receivers: AtomicUsize::new(1),
+            recv_watch: Observers::new(),
+            send_watch: Observers::new(),
+        }
+    }
+
+    /// An operation was queued on the side `send` says: wake the selects that wait for a
+    /// partner of that kind to be ready (`Select::ready`). Called after the lock is released.
+    fn queued(&self, send: bool) {
+        if send {
+            self.recv_watch.notify();
+        } else {
+            self.send_watch.notify();
+        }
+    }
+
+    /// A `Select::ready` waits for operation `send` to have a partner: on the watch list.
+    pub(crate) fn watch(&self, send: bool, ctx: &Arc<Ctx>) {
+        if send {
+            self.send_watch.add(ctx);
+        } else {
+            self.recv_watch.add(ctx);
+        }
+    }
+
+    pub(crate) fn unwatch(&self, send: bool, ctx: &Arc<Ctx>) {
+        if send {
+            self.send_watch.remove(ctx);
+        } else {
+            self.recv_watch.remove(ctx);
         }
     }
 
@@ -287,13 +319,19 @@ impl<T> Chan<T> {
         mut q: Locked<'_, T>,
         p: &Arc<Packet<T>>,
         deadline: Option<Deadline>,
-        side: fn(&mut Queues<T>) -> &mut VecDeque<Entry<T>>,
+        send: bool,
     ) -> bool {
+        let side: fn(&mut Queues<T>) -> &mut VecDeque<Entry<T>> = if send {
+            |q| &mut q.senders
+        } else {
+            |q| &mut q.receivers
+        };
         side(&mut q).push_back(Entry {
             packet: p.clone(),
             select: None,
         });
         drop(q);
+        self.queued(send);
         p.wait(deadline) || {
             let mut q = self.lock();
             let queue = side(&mut q);
@@ -330,7 +368,7 @@ impl<T> Chan<T> {
             return Err(Failed::NoPartner(value));
         };
         let p = Packet::new(Some(value));
-        let settled = self.block(q, &p, deadline, |q| &mut q.senders);
+        let settled = self.block(q, &p, deadline, true);
         let how = p.state.load(Acquire);
         if settled && how == DONE {
             return Ok(());
@@ -358,7 +396,7 @@ impl<T> Chan<T> {
             return Err(Failed::NoPartner(()));
         };
         let p = Packet::new(None);
-        let settled = self.block(q, &p, deadline, |q| &mut q.receivers);
+        let settled = self.block(q, &p, deadline, false);
         if !settled {
             return Err(Failed::NoPartner(()));
         }
@@ -405,6 +443,8 @@ impl<T> Chan<T> {
         for p in &blocked {
             p.wake();
         }
+        self.recv_watch.notify();
+        self.send_watch.notify();
     }
 
     // Select (see `select.rs`). A token's packet is an `Arc<Packet<T>>` turned raw.
@@ -457,16 +497,19 @@ impl<T> Chan<T> {
         } else {
             q.receivers.push_back(entry);
         }
+        drop(q);
+        self.queued(send);
     }
 
-    /// A partner other than `ctx`'s own entries is queued, or the channel is disconnected.
-    pub(crate) fn select_ready(&self, send: bool, ctx: &Arc<Ctx>) -> bool {
+    /// A partner other than `own`'s entries is queued, or the channel is disconnected.
+    pub(crate) fn select_ready(&self, send: bool, own: Option<&Arc<Ctx>>) -> bool {
         let q = self.lock();
         let partners = if send { &q.receivers } else { &q.senders };
-        q.disconnected
-            || partners
-                .iter()
-                .any(|e| !e.select.as_ref().is_some_and(|(c, _)| Arc::ptr_eq(c, ctx)))
+        let theirs = |e: &&Entry<T>| match (&e.select, own) {
+            (Some((c, _)), Some(own)) => !Arc::ptr_eq(c, own),
+            _ => true,
+        };
+        q.disconnected || partners.iter().any(|e| theirs(&e))
     }
 
     /// Takes a select's entry out of the queue (if no partner popped it); releases its packet

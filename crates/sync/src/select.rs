@@ -65,6 +65,13 @@
 //! rendezvous critical section that paired it. `Timeout` / `TrySelectError`: the end of the
 //! last try phase.
 //!
+//! **`ready`** (crossbeam-channel's: which operation could proceed, without performing it)
+//! runs the same loop with readiness checks in place of claims, and registers on *watch lists*
+//! only: the slot channels' observer lists (and flags), and a rendezvous' list of selects to
+//! wake when a partner of the wanted kind is queued (notified after the queuing critical
+//! section, and on disconnection). Nothing is claimed and no partner can select it, so it
+//! returns a hint.
+//!
 //! **Fairness.** Each try phase starts at a random operation (crossbeam-channel shuffles), so
 //! a busy first operation cannot starve the others.
 
@@ -236,9 +243,13 @@ pub(crate) trait Handle {
     /// Registers `ctx` for operation `index`; a rendezvous queues an entry and keeps its packet
     /// in `reg`.
     fn register(&self, send: bool, ctx: &Arc<Ctx>, index: usize, reg: &mut Token);
-    /// Whether the operation could proceed now, judged after registering: values or room, a
-    /// disconnection, or a rendezvous partner other than `ctx` itself.
-    fn is_ready(&self, send: bool, ctx: &Arc<Ctx>) -> bool;
+    /// Whether the operation could proceed now: values or room, a disconnection, or a queued
+    /// rendezvous partner (not one of `own`'s entries).
+    fn is_ready(&self, send: bool, own: Option<&Arc<Ctx>>) -> bool;
+    /// For [`Select::ready`]: wake `ctx` when the operation may have become ready, without
+    /// letting a partner select it (a rendezvous puts it on a watch list, not in a queue).
+    fn watch(&self, send: bool, ctx: &Arc<Ctx>);
+    fn unwatch(&self, send: bool, ctx: &Arc<Ctx>);
     /// Undoes `register`. `selected`: a partner selected this operation through `reg`, which
     /// the completion then uses; otherwise `reg`'s packet is released.
     fn unregister(&self, send: bool, ctx: &Arc<Ctx>, reg: &mut Token, selected: bool);
@@ -363,6 +374,29 @@ pub struct SelectedOperation<'a> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TrySelectError;
 
+/// [`Select::try_ready`] found no operation ready.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TryReadyError;
+
+/// [`Select::ready_timeout`] found no operation ready before the deadline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadyTimeoutError;
+
+impl std::fmt::Display for TryReadyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("no operation was ready")
+    }
+}
+
+impl std::fmt::Display for ReadyTimeoutError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("timed out waiting for an operation to be ready")
+    }
+}
+
+impl std::error::Error for TryReadyError {}
+impl std::error::Error for ReadyTimeoutError {}
+
 /// [`Select::select_timeout`] found no operation that could proceed before the deadline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SelectTimeoutError;
@@ -472,6 +506,81 @@ impl<'a> Select<'a> {
             .ok_or(SelectTimeoutError)
     }
 
+    /// The index of an operation that is *ready* — could proceed now, or its channel is
+    /// disconnected — without performing it, as crossbeam-channel's `try_ready`. A hint: another
+    /// thread may take the value or the room before the caller's own `try_recv` / `try_send`.
+    pub fn try_ready(&mut self) -> Result<usize, TryReadyError> {
+        self.run_ready(Patience::No).ok_or(TryReadyError)
+    }
+
+    /// [`try_ready`](Self::try_ready), blocking until an operation is ready. With no operation
+    /// added, blocks for ever.
+    pub fn ready(&mut self) -> usize {
+        self.run_ready(Patience::Until(None))
+            .expect("a ready without a deadline returns an operation")
+    }
+
+    /// [`ready`](Self::ready), for at most `timeout`.
+    pub fn ready_timeout(&mut self, timeout: Duration) -> Result<usize, ReadyTimeoutError> {
+        self.ready_deadline(Deadline::after(timeout))
+    }
+
+    /// [`ready`](Self::ready), until `deadline`.
+    pub fn ready_deadline(&mut self, deadline: Deadline) -> Result<usize, ReadyTimeoutError> {
+        self.run_ready(Patience::Until(Some(deadline)))
+            .ok_or(ReadyTimeoutError)
+    }
+
+    /// The first ready operation's index, from a random one on.
+    fn first_ready(&self, start: usize) -> Option<usize> {
+        let n = self.ops.len();
+        (0..n)
+            .map(|k| self.ops.get((start + k) % n))
+            .find_map(|op| op.handle.is_ready(op.send, None).then_some(op.index))
+    }
+
+    /// `ready`: as `run`, with readiness checks for claims and watch lists for registration
+    /// (the same argument: a change after the watch wakes `ctx`, one before is seen by the
+    /// check that follows it).
+    fn run_ready(&mut self, patience: Patience) -> Option<usize> {
+        let n = self.ops.len();
+        if n == 0 {
+            if let Patience::Until(deadline) = patience {
+                sleep_until(deadline);
+            }
+            return None;
+        }
+        let start = random_below(n);
+        loop {
+            if let Some(index) = self.first_ready(start) {
+                return Some(index);
+            }
+            let Patience::Until(deadline) = patience else {
+                return None;
+            };
+            let ctx = Ctx::new();
+            let e = ctx.ec.value();
+            for i in 0..n {
+                let op = self.ops.get(i);
+                op.handle.watch(op.send, &ctx);
+            }
+            let ready = self.first_ready(start);
+            if ready.is_none() {
+                let _ = ctx.ec.wait(e, deadline);
+            }
+            for i in 0..n {
+                let op = self.ops.get(i);
+                op.handle.unwatch(op.send, &ctx);
+            }
+            if ready.is_some() {
+                return ready;
+            }
+            if deadline.is_some_and(Deadline::has_passed) {
+                return None;
+            }
+        }
+    }
+
     fn selected(&self, i: usize, token: Token) -> SelectedOperation<'a> {
         let op = self.ops.get(i);
         SelectedOperation {
@@ -527,7 +636,7 @@ impl<'a> Select<'a> {
             }
             let ready = (0..n).any(|i| {
                 let op = self.ops.get(i);
-                op.handle.is_ready(op.send, &ctx)
+                op.handle.is_ready(op.send, Some(&ctx))
             });
             if in_flight {
                 // Give the CPU to the thread we wait for, then nap (see `mpmc::wait`).
@@ -829,6 +938,22 @@ mod loom_models {
             sel.send(&tx);
             sel.select().send(&tx, 2).unwrap();
             assert_eq!(t.join().unwrap(), 3);
+        });
+    }
+
+    /// `ready` on a rendezvous is woken by a sender that queues itself (the watch list), and
+    /// then reports the receive ready; the receive that follows pairs with that sender.
+    #[test]
+    fn ready_rendezvous_is_woken_by_a_queued_sender() {
+        model(|| {
+            let (tx, rx) = channel::<u32>(0);
+            let _keep = tx.clone();
+            let t = thread::spawn(move || tx.send(4).unwrap());
+            let mut sel = Select::new();
+            let i = sel.recv(&rx);
+            assert_eq!(sel.ready(), i);
+            assert_eq!(rx.recv(), Ok(4));
+            t.join().unwrap();
         });
     }
 

@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
 use std::time::{Duration, Instant};
 
 use spindle_sync::mpmc::{
-    self, Receiver, RecvError, Select, SendError, Sender, TryRecvError, TrySelectError,
+    self, ReadyTimeoutError, Receiver, RecvError, Select, SendError, Sender, TryReadyError,
+    TryRecvError, TrySelectError,
 };
 use spindle_sync::select;
 
@@ -255,7 +256,10 @@ fn many_operations_and_removals() {
         tx.send(k).unwrap();
         match sel.try_select() {
             Ok(oper) => {
-                assert!(![0, 5, 8].contains(&k), "removed operation {k} was selected");
+                assert!(
+                    ![0, 5, 8].contains(&k),
+                    "removed operation {k} was selected"
+                );
                 assert_eq!(oper.index(), indices[k]);
                 assert_eq!(oper.recv(rx), Ok(k));
             }
@@ -265,6 +269,49 @@ fn many_operations_and_removals() {
             }
         }
     }
+}
+
+/// `ready` reports an operation that could proceed, without performing it.
+#[test]
+fn ready_reports_without_performing() {
+    for cap in FLAVOURS {
+        let (tx, rx) = chan::<u32>(cap);
+        let (_tx2, rx2) = chan::<u32>(cap);
+        let mut sel = Select::new();
+        let i = sel.recv(&rx);
+        sel.recv(&rx2);
+        assert_eq!(sel.try_ready(), Err(TryReadyError), "{cap:?}");
+        assert_eq!(
+            sel.ready_timeout(Duration::from_millis(10)),
+            Err(ReadyTimeoutError),
+            "{cap:?}"
+        );
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(20));
+                tx.send(1).unwrap();
+            });
+            assert_eq!(sel.ready_timeout(PATIENCE), Ok(i), "{cap:?}");
+            // Nothing was taken: the value is still there (or its sender still waits).
+            assert_eq!(rx.recv_timeout(PATIENCE), Ok(1), "{cap:?}");
+        });
+        drop(tx);
+        assert_eq!(
+            sel.try_ready(),
+            Ok(i),
+            "{cap:?}: a disconnected channel is ready"
+        );
+    }
+    // A send is ready where there is room, or a receiver waits (rendezvous).
+    let (tx, rx) = mpmc::channel::<u32>(0);
+    let mut sel = Select::new();
+    let i = sel.send(&tx);
+    assert_eq!(sel.try_ready(), Err(TryReadyError));
+    std::thread::scope(|s| {
+        s.spawn(|| assert_eq!(rx.recv_timeout(PATIENCE), Ok(2)));
+        assert_eq!(sel.ready_timeout(PATIENCE), Ok(i));
+        tx.send(2).unwrap();
+    });
 }
 
 /// Two always-ready receivers are both chosen: the try phase starts at a random operation.
