@@ -86,6 +86,7 @@ mod channel;
 pub mod eventcount;
 pub mod fence;
 pub mod futex;
+mod futures;
 mod list;
 pub mod lock;
 pub mod mpmc;

@@ -108,6 +108,9 @@ use std::mem::MaybeUninit;
 use std::time::Duration;
 
 use crate::eventcount::EventCount;
+#[cfg(feature = "futures-core")]
+pub use crate::futures::RecvStream;
+pub use crate::futures::{RecvFut, SendFut};
 use crate::primitives::{
     spin_loop, yield_now, Arc, AtomicU64, AtomicUsize, CachePadded, Ordering::*,
 };
@@ -229,7 +232,7 @@ struct Slot<T> {
     value: UnsafeCell<MaybeUninit<T>>,
 }
 
-struct Chan<T> {
+pub(crate) struct Chan<T> {
     tail: CachePadded<AtomicU64>,
     head: CachePadded<AtomicU64>,
     not_empty: CachePadded<EventCount>,
@@ -621,17 +624,17 @@ impl<T> Drop for Chan<T> {
 
 /// The sending side of an [`mpmc` channel](channel): `Clone`, `Send` and `Sync`.
 pub struct Sender<T> {
-    flavor: Flavor<T>,
+    pub(crate) flavor: Flavor<T>,
 }
 
 /// The receiving side of an [`mpmc` channel](channel): `Clone`, `Send` and `Sync`.
 pub struct Receiver<T> {
-    flavor: Flavor<T>,
+    pub(crate) flavor: Flavor<T>,
 }
 
 /// A channel with slots (the protocol above), a rendezvous (capacity 0), or an unbounded list
 /// of blocks (`list.rs`).
-enum Flavor<T> {
+pub(crate) enum Flavor<T> {
     Array(Arc<Chan<T>>),
     Zero(Arc<crate::rendezvous::Chan<T>>),
     List(Arc<crate::list::Chan<T>>),
@@ -822,8 +825,23 @@ impl<T> Handle for Flavor<T> {
     }
 }
 
-/// The second half of a receive a select claimed on `flavor`.
-fn complete_recv<T>(flavor: &Flavor<T>, token: &mut Token) -> Result<T, RecvError> {
+/// The second half of a send claimed on `flavor` (by a select, or an async send); the value
+/// comes back if the claim found the channel disconnected.
+pub(crate) fn complete_send<T>(flavor: &Flavor<T>, token: &mut Token, msg: T) -> Result<(), T> {
+    match flavor {
+        _ if token.disconnected && token.packet.is_null() => Err(msg),
+        Flavor::Array(c) => {
+            // SAFETY: the claim took `token.index` on this channel.
+            unsafe { c.write(token.index, token.wake, msg) };
+            Ok(())
+        }
+        Flavor::List(c) => c.send(msg),
+        Flavor::Zero(c) => c.select_send(token, msg),
+    }
+}
+
+/// The second half of a receive claimed on `flavor` (by a select, or an async receive).
+pub(crate) fn complete_recv<T>(flavor: &Flavor<T>, token: &mut Token) -> Result<T, RecvError> {
     let r = match flavor {
         _ if token.disconnected && token.packet.is_null() => Err(()),
         // SAFETY: the select claimed `token.index` on this channel.
@@ -857,17 +875,7 @@ impl SelectedOperation<'_> {
     /// If `sender` is not the selected operation's.
     pub fn send<T>(mut self, sender: &Sender<T>, msg: T) -> Result<(), SendError<T>> {
         self.check(sender.flavor.channel(), true);
-        let token = &mut self.token;
-        let r = match &sender.flavor {
-            _ if token.disconnected && token.packet.is_null() => Err(msg),
-            Flavor::Array(c) => {
-                // SAFETY: the select claimed `token.index` on this channel (checked above).
-                unsafe { c.write(token.index, token.wake, msg) };
-                Ok(())
-            }
-            Flavor::List(c) => c.send(msg),
-            Flavor::Zero(c) => c.select_send(token, msg),
-        };
+        let r = complete_send(&sender.flavor, &mut self.token, msg);
         std::mem::forget(self);
         r.map_err(SendError)
     }

@@ -51,6 +51,7 @@
 
 use std::cell::UnsafeCell;
 use std::collections::VecDeque;
+use std::task::{Poll, Waker};
 
 use crate::futex::Parking;
 use crate::lock::SpindleLock;
@@ -97,6 +98,12 @@ pub(crate) struct Packet<T> {
     full: AtomicU32,
     value: ValueCell<T>,
     parking: Parking,
+}
+
+/// An async send waiting in the senders' queue: its task's context and its packet.
+pub(crate) struct QueuedSend<T> {
+    ctx: Arc<Ctx>,
+    packet: Arc<Packet<T>>,
 }
 
 /// A queued operation: its packet, and the select it belongs to (its context and the
@@ -445,6 +452,76 @@ impl<T> Chan<T> {
         }
         self.recv_watch.notify();
         self.send_watch.notify();
+    }
+
+    // Async sends (see `futures.rs`): queued as a blocked sender is, with the task's context
+    // as a select's entry carries one, so that the partner that pops it wins the context (and
+    // wakes the task) before it takes the value.
+
+    /// Polls an async send: pairs with a queued receiver, or queues the value; `Err` hands it
+    /// back if the channel is disconnected.
+    pub(crate) fn poll_send(
+        &self,
+        value: &mut Option<T>,
+        queued: &mut Option<QueuedSend<T>>,
+        waker: &Waker,
+    ) -> Poll<Result<(), T>> {
+        if let Some(q) = queued {
+            q.ctx.set_waker(waker);
+            let Some((_, by_disconnection)) = q.ctx.selection() else {
+                return Poll::Pending;
+            };
+            let q = queued.take().expect("checked above");
+            if !by_disconnection {
+                // A receiver popped it and takes (or took) the value.
+                return Poll::Ready(Ok(()));
+            }
+            // The disconnection settles the packet just after selecting it.
+            q.packet.wait(None);
+            // SAFETY: settled DISCONNECTED, out of the queue: the value is ours again.
+            let v = unsafe { q.packet.take() }.expect("a sender's packet holds its value");
+            return Poll::Ready(Err(v));
+        }
+        let v = value
+            .take()
+            .expect("an async send polled after it completed");
+        let mut q = self.lock();
+        if q.disconnected {
+            return Poll::Ready(Err(v));
+        }
+        if let Some(Entry { packet: r, .. }) = pop_partner(&mut q.receivers) {
+            // SAFETY: `r` was queued: its owner reads the value only after the settling store.
+            unsafe { r.with_value(|x| *x = Some(v)) };
+            r.settle(DONE);
+            drop(q);
+            r.wake();
+            return Poll::Ready(Ok(()));
+        }
+        let ctx = Ctx::for_task(waker);
+        let packet = Packet::new(Some(v));
+        q.senders.push_back(Entry {
+            packet: packet.clone(),
+            select: Some((ctx.clone(), 0)),
+        });
+        drop(q);
+        self.queued(true);
+        *queued = Some(QueuedSend { ctx, packet });
+        Poll::Pending
+    }
+
+    /// An async send dropped while queued: withdrawn (its value dropped) unless a partner or
+    /// the disconnection selected it first (then the receiver has the value, or nobody will).
+    pub(crate) fn cancel_send(&self, q: QueuedSend<T>) {
+        if q.ctx.close() {
+            let mut g = self.lock();
+            if let Some(i) = g
+                .senders
+                .iter()
+                .position(|e| Arc::ptr_eq(&e.packet, &q.packet))
+            {
+                g.senders.remove(i);
+            }
+        }
     }
 
     // Select (see `select.rs`). A token's packet is an `Arc<Packet<T>>` turned raw.

@@ -76,6 +76,7 @@
 //! a busy first operation cannot starve the others.
 
 use std::cell::UnsafeCell;
+use std::task::Waker;
 use std::time::Duration;
 
 use crate::eventcount::EventCount;
@@ -95,6 +96,30 @@ const BY_DISCONNECTION: usize = 1 << (usize::BITS - 2);
 pub(crate) struct Ctx {
     selected: AtomicUsize,
     ec: EventCount,
+    /// An async operation's task (`None` for a select, which sleeps on `ec`).
+    waker: Option<WakerSlot>,
+}
+
+/// A task's waker, replaceable while registered (a task may move between polls).
+pub(crate) struct WakerSlot {
+    lock: SpindleLock,
+    waker: UnsafeCell<Waker>,
+}
+
+// SAFETY: the waker is accessed only under the lock.
+unsafe impl Send for WakerSlot {}
+// SAFETY: as above.
+unsafe impl Sync for WakerSlot {}
+
+impl WakerSlot {
+    fn with<R>(&self, f: impl FnOnce(&mut Waker) -> R) -> R {
+        self.lock.lock();
+        // SAFETY: the lock is held.
+        let r = f(unsafe { &mut *self.waker.get() });
+        // SAFETY: locked above.
+        unsafe { self.lock.unlock() };
+        r
+    }
 }
 
 impl Ctx {
@@ -102,7 +127,31 @@ impl Ctx {
         Arc::new(Ctx {
             selected: AtomicUsize::new(WAITING),
             ec: EventCount::new(),
+            waker: None,
         })
+    }
+
+    /// The context of an async operation: waking it wakes `waker`'s task.
+    pub(crate) fn for_task(waker: &Waker) -> Arc<Ctx> {
+        Arc::new(Ctx {
+            selected: AtomicUsize::new(WAITING),
+            ec: EventCount::new(),
+            waker: Some(WakerSlot {
+                lock: SpindleLock::new(),
+                waker: UnsafeCell::new(waker.clone()),
+            }),
+        })
+    }
+
+    /// A task polled again: wake this waker from now on (if it is another one).
+    pub(crate) fn set_waker(&self, waker: &Waker) {
+        if let Some(slot) = &self.waker {
+            slot.with(|w| {
+                if !w.will_wake(waker) {
+                    *w = waker.clone();
+                }
+            });
+        }
     }
 
     /// A rendezvous partner (or the channel's disconnection) picks operation `index`: true if
@@ -120,14 +169,35 @@ impl Ctx {
             .compare_exchange(WAITING, value, SeqCst, SeqCst)
             .is_ok();
         if won {
-            self.ec.increment();
+            self.wake();
         }
         won
     }
 
-    /// Something changed on a channel it watches: the select re-tries.
+    /// What a partner selected: `None` while nothing was; else the operation's index and
+    /// whether a disconnection selected it.
+    pub(crate) fn selection(&self) -> Option<(usize, bool)> {
+        match self.selected.load(SeqCst) {
+            WAITING | ABORTED => None,
+            v => Some((v & !BY_DISCONNECTION, v & BY_DISCONNECTION != 0)),
+        }
+    }
+
+    /// Closes the registration: true if nothing was selected (nothing will be now).
+    pub(crate) fn close(&self) -> bool {
+        self.selected
+            .compare_exchange(WAITING, ABORTED, SeqCst, SeqCst)
+            .is_ok()
+    }
+
+    /// Something changed on a channel it watches: the select or the task tries again.
     fn wake(&self) {
-        self.ec.increment();
+        match &self.waker {
+            None => {
+                self.ec.increment();
+            }
+            Some(slot) => slot.with(|w| w.wake_by_ref()),
+        }
     }
 }
 

@@ -1,0 +1,312 @@
+//! Async sends and receives on [`mpmc`](crate::mpmc) channels: [`Sender::send_async`],
+//! [`Receiver::recv_async`] and, with the `futures-core` feature, [`Receiver::stream`]. The
+//! same channel serves sync and async ends at once (as flume's and kanal's do); a sync end's
+//! fast path is unchanged — no `lock`ed instruction is added when nobody waits.
+//!
+//! # Protocol
+//!
+//! An async operation is a [`Select`](crate::mpmc::Select) of one operation whose context wakes
+//! a task instead of a thread:
+//!
+//! ```text
+//! poll:
+//!   unwatch the previous poll's context, if any
+//!   try to claim the operation (the select's try phase) → claimed: complete it, Ready
+//!                                                        → in flight: wake own task, Pending
+//!   ctx = a context holding the task's waker;  watch: ctx on the side's observer list, then
+//!   the side's waiting flag (a rendezvous: its watch list of tasks wanting a partner)
+//!   ready already (judged after watching) → wake own task;  Pending
+//! drop: unwatch
+//! ```
+//!
+//! **Why no wake-up is lost**: the argument of a blocked select (`select.rs`). An operation of
+//! the other side that comes after the watch finds the flag (or the queued partner's watch
+//! list) and wakes every context on the list; one that came before is seen by the readiness
+//! check, and the task wakes itself to be polled again.
+//!
+//! **Cancellation.** A dropped future loses nothing: a receive claims only inside `poll` and
+//! completes there; a watch commits to nothing. The one exception to "claims only in `poll`"
+//! is an async send on a rendezvous, which, to meet an async receive (which only watches), is
+//! queued with its value as a blocked sender is, with the task's context: the receiver that
+//! pops it must win that context first. Dropping it closes the context (`ABORTED`): if that
+//! wins, the send is withdrawn and its value dropped; if it loses, a receiver has the value
+//! (the send happened) or the disconnection selected it.
+//!
+//! **In flight.** A claim that finds the other side of its slot in flight (claimed, not yet
+//! written: a few instructions, unless that thread was preempted) wakes its own task and
+//! returns `Pending`: the executor polls it again, and the thread is never blocked.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use crate::mpmc::{complete_recv, complete_send, Flavor, Receiver, RecvError, SendError, Sender};
+use crate::primitives::Arc;
+use crate::rendezvous::QueuedSend;
+use crate::select::{Attempt, Ctx, Handle, Token};
+
+/// [`Sender::send_async`]: resolves when the value is in the channel (or, on a rendezvous,
+/// handed to a receiver), or hands it back if every receiver is gone.
+#[must_use = "futures do nothing unless polled"]
+pub struct SendFut<'a, T> {
+    tx: &'a Sender<T>,
+    value: Option<T>,
+    watching: Option<Arc<Ctx>>,
+    queued: Option<QueuedSend<T>>,
+}
+
+/// [`Receiver::recv_async`]: resolves to the next value, or to `RecvError` when every sender
+/// is gone and the channel is empty.
+#[must_use = "futures do nothing unless polled"]
+pub struct RecvFut<'a, T> {
+    rx: &'a Receiver<T>,
+    watching: Option<Arc<Ctx>>,
+}
+
+// Neither future pins anything: the value is moved, never borrowed across polls.
+impl<T> Unpin for SendFut<'_, T> {}
+impl<T> Unpin for RecvFut<'_, T> {}
+
+impl<T> Sender<T> {
+    /// Sends `value` from async code: waits (without blocking the thread) while the channel is
+    /// full. Sync and async ends of one channel work together.
+    ///
+    /// ```
+    /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     let waker = std::task::Waker::noop();
+    /// #     let mut cx = std::task::Context::from_waker(waker);
+    /// #     let mut f = std::pin::pin!(f);
+    /// #     loop {
+    /// #         if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; }
+    /// #         std::thread::yield_now();
+    /// #     }
+    /// # }
+    /// let (tx, rx) = spindle_sync::mpmc::channel::<u32>(1);
+    /// let t = std::thread::spawn(move || rx.recv().unwrap() + rx.recv().unwrap());
+    /// block_on(async {
+    ///     tx.send_async(1).await.unwrap();
+    ///     tx.send_async(2).await.unwrap(); // waits for room
+    /// });
+    /// assert_eq!(t.join().unwrap(), 3);
+    /// ```
+    pub fn send_async(&self, value: T) -> SendFut<'_, T> {
+        SendFut {
+            tx: self,
+            value: Some(value),
+            watching: None,
+            queued: None,
+        }
+    }
+}
+
+impl<T> Receiver<T> {
+    /// Receives from async code: waits (without blocking the thread) while the channel is
+    /// empty.
+    pub fn recv_async(&self) -> RecvFut<'_, T> {
+        RecvFut {
+            rx: self,
+            watching: None,
+        }
+    }
+
+    /// The values as a [`Stream`](futures_core::Stream), ending when every sender is gone and
+    /// the channel is empty.
+    #[cfg(feature = "futures-core")]
+    pub fn stream(&self) -> RecvStream<'_, T> {
+        RecvStream {
+            rx: self,
+            watching: None,
+        }
+    }
+}
+
+/// [`Receiver::stream`]: the values, as a `futures_core::Stream`.
+#[cfg(feature = "futures-core")]
+#[must_use = "streams do nothing unless polled"]
+pub struct RecvStream<'a, T> {
+    rx: &'a Receiver<T>,
+    watching: Option<Arc<Ctx>>,
+}
+
+#[cfg(feature = "futures-core")]
+impl<T> Unpin for RecvStream<'_, T> {}
+
+#[cfg(feature = "futures-core")]
+impl<T> futures_core::Stream for RecvStream<'_, T> {
+    type Item = T;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        let this = &mut *self;
+        poll_recv(&this.rx.flavor, &mut this.watching, cx).map(Result::ok)
+    }
+}
+
+#[cfg(feature = "futures-core")]
+impl<T> Drop for RecvStream<'_, T> {
+    fn drop(&mut self) {
+        unwatch(&self.rx.flavor, false, &mut self.watching);
+    }
+}
+
+fn unwatch<T>(flavor: &Flavor<T>, send: bool, watching: &mut Option<Arc<Ctx>>) {
+    if let Some(ctx) = watching.take() {
+        flavor.unwatch(send, &ctx);
+    }
+}
+
+/// Watches the operation for the task; wakes it at once if the operation is ready already.
+fn watch<T>(flavor: &Flavor<T>, send: bool, watching: &mut Option<Arc<Ctx>>, cx: &Context<'_>) {
+    let ctx = Ctx::for_task(cx.waker());
+    flavor.watch(send, &ctx);
+    if flavor.is_ready(send, None) {
+        cx.waker().wake_by_ref();
+    }
+    *watching = Some(ctx);
+}
+
+fn poll_recv<T>(
+    flavor: &Flavor<T>,
+    watching: &mut Option<Arc<Ctx>>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<T, RecvError>> {
+    unwatch(flavor, false, watching);
+    let mut token = Token::default();
+    match flavor.try_claim(false, &mut token) {
+        Attempt::Claimed => Poll::Ready(complete_recv(flavor, &mut token)),
+        Attempt::InFlight => {
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+        Attempt::NotReady => {
+            watch(flavor, false, watching, cx);
+            Poll::Pending
+        }
+    }
+}
+
+impl<T> Future for RecvFut<'_, T> {
+    type Output = Result<T, RecvError>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        poll_recv(&this.rx.flavor, &mut this.watching, cx)
+    }
+}
+
+impl<T> Drop for RecvFut<'_, T> {
+    fn drop(&mut self) {
+        unwatch(&self.rx.flavor, false, &mut self.watching);
+    }
+}
+
+impl<T> Future for SendFut<'_, T> {
+    type Output = Result<(), SendError<T>>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let flavor = &this.tx.flavor;
+        if let Flavor::Zero(c) = flavor {
+            return c
+                .poll_send(&mut this.value, &mut this.queued, cx.waker())
+                .map_err(SendError);
+        }
+        unwatch(flavor, true, &mut this.watching);
+        let mut token = Token::default();
+        match flavor.try_claim(true, &mut token) {
+            Attempt::Claimed => {
+                let value = this
+                    .value
+                    .take()
+                    .expect("an async send polled after it completed");
+                Poll::Ready(complete_send(flavor, &mut token, value).map_err(SendError))
+            }
+            Attempt::InFlight => {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            Attempt::NotReady => {
+                watch(flavor, true, &mut this.watching, cx);
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl<T> Drop for SendFut<'_, T> {
+    fn drop(&mut self) {
+        unwatch(&self.tx.flavor, true, &mut self.watching);
+        if let (Some(q), Flavor::Zero(c)) = (self.queued.take(), &self.tx.flavor) {
+            c.cancel_send(q);
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for SendFut<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendFut").finish_non_exhaustive()
+    }
+}
+
+impl<T> std::fmt::Debug for RecvFut<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvFut").finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use crate::mpmc::{channel, unbounded};
+    use loom::thread;
+
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.check(f);
+    }
+
+    /// An async receive waiting on a bounded channel is woken by a sync send (a lost wake-up
+    /// is a loom deadlock; the sender's clone is kept so that no disconnection hides one).
+    #[test]
+    fn async_recv_is_woken_by_a_sync_send() {
+        model(|| {
+            let (tx, rx) = channel::<u32>(1);
+            let _keep = tx.clone();
+            let t = thread::spawn(move || tx.send(3).unwrap());
+            assert_eq!(loom::future::block_on(rx.recv_async()), Ok(3));
+            t.join().unwrap();
+        });
+    }
+
+    /// The same on an unbounded channel.
+    #[test]
+    fn async_recv_unbounded_is_woken() {
+        model(|| {
+            let (tx, rx) = unbounded::<u32>();
+            let _keep = tx.clone();
+            let t = thread::spawn(move || tx.send(4).unwrap());
+            assert_eq!(loom::future::block_on(rx.recv_async()), Ok(4));
+            t.join().unwrap();
+        });
+    }
+
+    /// An async send on a rendezvous, queued with its task's context, meets a sync receive.
+    #[test]
+    fn async_rendezvous_send_meets_sync_recv() {
+        model(|| {
+            let (tx, rx) = channel::<u32>(0);
+            let _keep = rx.clone();
+            let t = thread::spawn(move || rx.recv());
+            loom::future::block_on(tx.send_async(5)).unwrap();
+            assert_eq!(t.join().unwrap(), Ok(5));
+        });
+    }
+
+    /// An async receive on a rendezvous (watching) meets a sync send (queued).
+    #[test]
+    fn async_rendezvous_recv_meets_sync_send() {
+        model(|| {
+            let (tx, rx) = channel::<u32>(0);
+            let _keep = tx.clone();
+            let t = thread::spawn(move || tx.send(6).unwrap());
+            assert_eq!(loom::future::block_on(rx.recv_async()), Ok(6));
+            t.join().unwrap();
+        });
+    }
+}
