@@ -10,11 +10,14 @@
 //!
 //! ```text
 //! poll:
-//!   unwatch the previous poll's context, if any
-//!   try to claim the operation (the select's try phase) → claimed: complete it, Ready
-//!                                                        → in flight: wake own task, Pending
-//!   ctx = a context holding the task's waker;  watch: ctx on the side's observer list, then
-//!   the side's waiting flag (a rendezvous: its watch list of tasks wanting a partner)
+//!   try to claim the operation (the select's try phase) → claimed: unwatch; complete it, Ready
+//!                                                        → in flight: unwatch; wake own task,
+//!                                                          Pending
+//!   first time: ctx = a context holding the task's waker; watch: ctx on the side's observer
+//!               list, then the side's waiting flag (a rendezvous: its watch list of tasks
+//!               wanting a partner)
+//!   again:      the task's waker into ctx, then the flag set again (a waking operation
+//!               cleared it; the context stayed on the list)
 //!   ready already (judged after watching) → wake own task;  Pending
 //! drop: unwatch
 //! ```
@@ -153,14 +156,23 @@ fn unwatch<T>(flavor: &Flavor<T>, send: bool, watching: &mut Option<Arc<Ctx>>) {
     }
 }
 
-/// Watches the operation for the task; wakes it at once if the operation is ready already.
+/// Watches the operation for the task (registering it, or, if it still is, updating its
+/// waker and setting the flag again); wakes it at once if the operation is ready already.
 fn watch<T>(flavor: &Flavor<T>, send: bool, watching: &mut Option<Arc<Ctx>>, cx: &Context<'_>) {
-    let ctx = Ctx::for_task(cx.waker());
-    flavor.watch(send, &ctx);
+    match watching {
+        Some(ctx) => {
+            ctx.set_waker(cx.waker());
+            flavor.rearm(send);
+        }
+        None => {
+            let ctx = Ctx::for_task(cx.waker());
+            flavor.watch(send, &ctx);
+            *watching = Some(ctx);
+        }
+    }
     if flavor.is_ready(send, None) {
         cx.waker().wake_by_ref();
     }
-    *watching = Some(ctx);
 }
 
 fn poll_recv<T>(
@@ -168,9 +180,12 @@ fn poll_recv<T>(
     watching: &mut Option<Arc<Ctx>>,
     cx: &mut Context<'_>,
 ) -> Poll<Result<T, RecvError>> {
-    unwatch(flavor, false, watching);
     let mut token = Token::default();
-    match flavor.try_claim(false, &mut token) {
+    let claimed = flavor.try_claim(false, &mut token);
+    if !matches!(claimed, Attempt::NotReady) {
+        unwatch(flavor, false, watching);
+    }
+    match claimed {
         Attempt::Claimed => Poll::Ready(complete_recv(flavor, &mut token)),
         Attempt::InFlight => {
             cx.waker().wake_by_ref();
@@ -207,9 +222,12 @@ impl<T> Future for SendFut<'_, T> {
                 .poll_send(&mut this.value, &mut this.queued, cx.waker())
                 .map_err(SendError);
         }
-        unwatch(flavor, true, &mut this.watching);
         let mut token = Token::default();
-        match flavor.try_claim(true, &mut token) {
+        let claimed = flavor.try_claim(true, &mut token);
+        if !matches!(claimed, Attempt::NotReady) {
+            unwatch(flavor, true, &mut this.watching);
+        }
+        match claimed {
             Attempt::Claimed => {
                 let value = this
                     .value

@@ -442,6 +442,11 @@ impl<T> Chan<T> {
         self.tail.index.fetch_or(RECEIVERS_WAIT, SeqCst);
     }
 
+    /// A watch that stays registered: set the flag again.
+    pub(crate) fn rearm(&self) {
+        self.tail.index.fetch_or(RECEIVERS_WAIT, SeqCst);
+    }
+
     pub(crate) fn unwatch(&self, ctx: &Arc<Ctx>) {
         self.recv_select.remove(ctx);
     }

@@ -792,6 +792,20 @@ impl<T> Handle for Flavor<T> {
         }
     }
 
+    fn rearm(&self, send: bool) {
+        match (self, send) {
+            (Flavor::Array(c), true) => {
+                c.head.fetch_or(SENDERS_WAIT, SeqCst);
+            }
+            (Flavor::Array(c), false) => {
+                c.tail.fetch_or(RECEIVERS_WAIT, SeqCst);
+            }
+            (Flavor::List(c), false) => c.rearm(),
+            // A rendezvous' watch list has no flag; an unbounded send never waits.
+            (Flavor::Zero(_) | Flavor::List(_), _) => {}
+        }
+    }
+
     fn unwatch(&self, send: bool, ctx: &Arc<Ctx>) {
         match (self, send) {
             (Flavor::Array(c), true) => c.send_select.remove(ctx),

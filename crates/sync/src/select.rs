@@ -258,7 +258,19 @@ impl Observers {
 
     #[cold]
     fn notify_all(&self) {
-        self.with(|list| list.iter().for_each(|c| c.wake()));
+        // Woken after the lock is released: a task's waker may take the executor's locks or
+        // make a system call, and selects registering meanwhile should not wait for that.
+        // Up to four without allocating (one waiter is the common case).
+        let mut few: [Option<Arc<Ctx>>; 4] = [None, None, None, None];
+        let more = self.with(|list| {
+            for (slot, c) in few.iter_mut().zip(list.iter()) {
+                *slot = Some(c.clone());
+            }
+            list.get(few.len()..).map(<[Arc<Ctx>]>::to_vec)
+        });
+        for c in few.iter().flatten().chain(more.iter().flatten()) {
+            c.wake();
+        }
     }
 }
 
@@ -320,6 +332,9 @@ pub(crate) trait Handle {
     /// letting a partner select it (a rendezvous puts it on a watch list, not in a queue).
     fn watch(&self, send: bool, ctx: &Arc<Ctx>);
     fn unwatch(&self, send: bool, ctx: &Arc<Ctx>);
+    /// A watch that stays registered (an async operation polled again): set the side's
+    /// waiting flag again, which a waking operation cleared.
+    fn rearm(&self, send: bool);
     /// Undoes `register`. `selected`: a partner selected this operation through `reg`, which
     /// the completion then uses; otherwise `reg`'s packet is released.
     fn unregister(&self, send: bool, ctx: &Arc<Ctx>, reg: &mut Token, selected: bool);
