@@ -9,6 +9,7 @@ mod itoa;
 mod locks;
 mod percpu;
 mod rings;
+mod rings_async;
 mod sampler;
 mod smr;
 mod spawn;

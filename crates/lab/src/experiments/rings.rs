@@ -1106,8 +1106,8 @@ impl Experiment for Rings {
     fn info(&self) -> Info {
         Info {
             name: "rings",
-            title: "Rings and channels: fast path, streaming, ping-pong, idle waiting, wake-up, MPMC, unbounded, select",
-            summary: "Spindle's spsc ring and mpmc channel vs rtrb, crossbeam (channel, ArrayQueue), flume, kanal, std, ringbuf-blocking",
+            title: "Rings and channels: fast path, streaming, ping-pong, idle waiting, wake-up, MPMC, unbounded, select, async",
+            summary: "Spindle's spsc ring and mpmc channel vs rtrb, crossbeam (channel, ArrayQueue), flume, kanal, std, ringbuf-blocking, tokio mpsc",
             question: "Does a ring that can block cost anything when nobody waits — one thread, two threads streaming, \
                        ping-pong on two CPUs and on one — how much CPU does a waiting consumer burn, how fast does a \
                        sleeping one wake, and how does the MPMC channel hold up with 4 × cores threads?",
@@ -1146,6 +1146,7 @@ impl Experiment for Rings {
         many_section(&mut plan, threads);
         unbounded_section(&mut plan, pin);
         select_section(&mut plan, pin);
+        super::rings_async::sections(&mut plan);
         claims(&mut plan, threads);
         plan.note("Rings that never block (rtrb, ArrayQueue) are driven as their users drive them: retry with pause, and sched_yield every 64 tries; in the idle and wake sections they would burn a whole CPU by design, so they are left out there.");
         plan.note("std's sync_channel has one receiver, so it is left out of the MPMC section; so are the single-producer rings.");

@@ -1,0 +1,222 @@
+//! The `rings` experiment's async sections: Spindle's `mpmc` channel driven from async code
+//! (`send_async`, `recv_async`) against tokio's `mpsc`, flume's and kanal's async channels, on a
+//! current-thread and a multi-thread tokio runtime: items streamed from one task to another,
+//! and ping-pong between two tasks.
+
+use crate::kit::{time, Span};
+use crate::spec::{Claim, Plan, Section, Variant};
+
+/// Slots of the streaming channels (ping-pong uses one).
+const CAPACITY: usize = 1024;
+
+/// Which tokio runtime runs the two tasks.
+#[derive(Clone, Copy)]
+enum Runtime {
+    CurrentThread,
+    /// Two worker threads: one per task.
+    MultiThread,
+}
+
+fn runtime(rt: Runtime) -> tokio::runtime::Runtime {
+    match rt {
+        Runtime::CurrentThread => tokio::runtime::Builder::new_current_thread().build(),
+        Runtime::MultiThread => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build(),
+    }
+    .expect("a tokio runtime")
+}
+
+/// One async channel, as the sections drive it.
+struct AsyncRival {
+    id: &'static str,
+    label: &'static str,
+    /// `n` 8-byte items from one task to another.
+    stream: fn(u64, Runtime) -> Span,
+    /// `n` round trips between two tasks through two one-slot channels.
+    ping_pong: fn(u64, Runtime) -> Span,
+}
+
+/// An [`AsyncRival`] from its channel constructor (`fn(capacity) -> (tx, rx)`) and how it sends
+/// `$v` on `$tx` and receives on `$rx` (expressions that `.await`).
+macro_rules! async_rival {
+    ($id:literal, $label:literal, $make:path, |$tx:ident, $v:ident| $send:expr, |$rx:ident| $recv:expr) => {{
+        #[allow(unused_mut)]
+        fn stream(n: u64, rt: Runtime) -> Span {
+            let rt = runtime(rt);
+            let ($tx, mut $rx) = $make(CAPACITY);
+            time(|| {
+                rt.block_on(async move {
+                    let consumer = tokio::spawn(async move {
+                        for _ in 0..n {
+                            std::hint::black_box($recv);
+                        }
+                    });
+                    for $v in 0..n {
+                        $send;
+                    }
+                    consumer.await.expect("the consumer task");
+                })
+            })
+        }
+        #[allow(unused_mut)]
+        fn ping_pong(n: u64, rt: Runtime) -> Span {
+            let rt = runtime(rt);
+            let (ping_tx, ping_rx) = $make(1);
+            let (pong_tx, pong_rx) = $make(1);
+            time(|| {
+                rt.block_on(async move {
+                    let echo = tokio::spawn(async move {
+                        let ($tx, mut $rx) = (pong_tx, ping_rx);
+                        for _ in 0..n {
+                            let $v = $recv;
+                            $send;
+                        }
+                    });
+                    let ($tx, mut $rx) = (ping_tx, pong_rx);
+                    for $v in 0..n {
+                        $send;
+                        std::hint::black_box($recv);
+                    }
+                    echo.await.expect("the echo task");
+                })
+            })
+        }
+        AsyncRival {
+            id: $id,
+            label: $label,
+            stream,
+            ping_pong,
+        }
+    }};
+}
+
+/// Spindle's first; tokio's `mpsc` is the baseline.
+const RIVALS: &[AsyncRival] = &[
+    async_rival!(
+        "spindle",
+        "Spindle mpmc, send_async / recv_async",
+        spindle_sync::mpmc::channel::<u64>,
+        |tx, v| tx.send_async(v).await.expect("the receiver lives"),
+        |rx| rx.recv_async().await.expect("the sender lives")
+    ),
+    async_rival!(
+        "tokio",
+        "tokio::sync::mpsc",
+        tokio::sync::mpsc::channel::<u64>,
+        |tx, v| tx.send(v).await.expect("the receiver lives"),
+        |rx| rx.recv().await.expect("the sender lives")
+    ),
+    async_rival!(
+        "flume",
+        "flume, send_async / recv_async",
+        flume::bounded::<u64>,
+        |tx, v| tx.send_async(v).await.expect("the receiver lives"),
+        |rx| rx.recv_async().await.expect("the sender lives")
+    ),
+    async_rival!(
+        "kanal",
+        "kanal bounded_async",
+        kanal::bounded_async::<u64>,
+        |tx, v| tx.send(v).await.expect("the receiver lives"),
+        |rx| rx.recv().await.expect("the sender lives")
+    ),
+];
+
+/// One async section: its id, whether it streams (else ping-pong), its runtime, and the ids of
+/// its guarantees, one per peer of [`RIVALS`] after Spindle's (ids are `'static`).
+struct AsyncSection {
+    id: &'static str,
+    stream: bool,
+    runtime: Runtime,
+    claims: [&'static str; 3],
+}
+
+const SECTIONS: [AsyncSection; 4] = [
+    AsyncSection {
+        id: "async-stream-ct",
+        stream: true,
+        runtime: Runtime::CurrentThread,
+        claims: [
+            "async-stream-ct-vs-tokio",
+            "async-stream-ct-vs-flume",
+            "async-stream-ct-vs-kanal",
+        ],
+    },
+    AsyncSection {
+        id: "async-pingpong-ct",
+        stream: false,
+        runtime: Runtime::CurrentThread,
+        claims: [
+            "async-pingpong-ct-vs-tokio",
+            "async-pingpong-ct-vs-flume",
+            "async-pingpong-ct-vs-kanal",
+        ],
+    },
+    AsyncSection {
+        id: "async-stream-mt",
+        stream: true,
+        runtime: Runtime::MultiThread,
+        claims: [
+            "async-stream-mt-vs-tokio",
+            "async-stream-mt-vs-flume",
+            "async-stream-mt-vs-kanal",
+        ],
+    },
+    AsyncSection {
+        id: "async-pingpong-mt",
+        stream: false,
+        runtime: Runtime::MultiThread,
+        claims: [
+            "async-pingpong-mt-vs-tokio",
+            "async-pingpong-mt-vs-flume",
+            "async-pingpong-mt-vs-kanal",
+        ],
+    },
+];
+
+/// The four async sections and their guarantees: Spindle's at least as fast as each peer.
+pub(super) fn sections(plan: &mut Plan<'_>) {
+    for sec in &SECTIONS {
+        let (rt, rt_label, threads) = match sec.runtime {
+            Runtime::CurrentThread => (sec.runtime, "tokio current-thread runtime", 1),
+            Runtime::MultiThread => (sec.runtime, "tokio multi-thread runtime, 2 workers", 2),
+        };
+        let (title, unit) = if sec.stream {
+            ("Stream 8-byte items from one task to another", "item")
+        } else {
+            ("Ping-pong between two tasks", "round trip")
+        };
+        plan.section(
+            Section::per_op(sec.id, format!("{title}, {rt_label}"), unit)
+                .baseline(format!("{}-tokio", sec.id)),
+        );
+        for r in RIVALS {
+            let run = if sec.stream { r.stream } else { r.ping_pong };
+            plan.variant(
+                Variant::per_op(sec.id, format!("{}-{}", sec.id, r.id), r.label, move |n| {
+                    run(n, rt)
+                })
+                .threads(threads),
+            );
+        }
+        for (r, id) in RIVALS[1..].iter().zip(sec.claims) {
+            debug_assert_eq!(id, format!("{}-vs-{}", sec.id, r.id));
+            plan.claim(
+                Claim::guarantee(
+                    id,
+                    format!(
+                        "Spindle's mpmc in async code: {} ({rt_label}) at least as fast as {}",
+                        if sec.stream { "streaming" } else { "ping-pong" },
+                        r.label
+                    ),
+                )
+                .ratio(
+                    format!("{}-spindle", sec.id),
+                    format!("{}-{}", sec.id, r.id),
+                )
+                .at_most(1.0),
+            );
+        }
+    }
+}
