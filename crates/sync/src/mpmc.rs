@@ -610,13 +610,17 @@ fn wait(
 
 impl<T> Drop for Chan<T> {
     fn drop(&mut self) {
-        // Every handle is gone, so nothing is in flight: drop the values in [head, tail).
+        // Every handle is gone, so nothing is in flight: drop the values in [head, tail) —
+        // those written: a select's claimed send that was never completed (its
+        // `SelectedOperation` dropped, which panics) left its slot unwritten.
         let tail = self.tail.load(Relaxed) >> SHIFT;
         let mut idx = self.head.load(Relaxed) >> SHIFT;
         while idx != tail {
             let slot = self.slot(idx);
-            // SAFETY: indices in [head, tail) hold values nobody else can reach.
-            unsafe { (*slot.value.get()).assume_init_drop() };
+            if slot.stamp.load(Relaxed) == (idx + 1) & INDEX_MASK {
+                // SAFETY: a written index in [head, tail) holds a value nobody else can reach.
+                unsafe { (*slot.value.get()).assume_init_drop() };
+            }
             idx = self.next(idx);
         }
     }

@@ -446,7 +446,8 @@ pub struct Select<'a> {
 /// # Panics
 /// When dropped without being completed, as crossbeam-channel's does. A claimed receive is
 /// released first (its value received and dropped); a claimed send holds its slot (or its
-/// rendezvous partner) for ever, since only the completion has the value.
+/// rendezvous partner) for ever, since only the completion has the value: receivers then wait
+/// at that slot, and so does the last receiver's drop (which drops what is queued).
 #[must_use = "a selected operation must be completed with `send` or `recv`"]
 pub struct SelectedOperation<'a> {
     pub(crate) index: usize,

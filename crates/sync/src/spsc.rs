@@ -801,6 +801,20 @@ impl<'a, T> ReadChunk<'a, T> {
         }
     }
 
+    /// The chunk's items, oldest first and mutable in place (as rtrb's): the second slice is
+    /// empty unless the chunk wraps.
+    pub fn as_mut_slices(&mut self) -> (&mut [T], &mut [T]) {
+        let ((a, na), (b, nb)) = self.runs();
+        // SAFETY: as in `as_slices`; `&mut self` makes these the only references to the items
+        // while they live, and the two runs do not overlap.
+        unsafe {
+            (
+                std::slice::from_raw_parts_mut(a, na),
+                std::slice::from_raw_parts_mut(b, nb),
+            )
+        }
+    }
+
     /// The number of items in the chunk.
     pub fn len(&self) -> usize {
         self.n
@@ -1040,10 +1054,16 @@ mod tests {
         assert_eq!((a.len(), b.len()), (2, 2));
         assert_eq!(chunk.fill_from_iter(10..), 4);
         assert_eq!(tx.write_chunk_uninit(1).err(), Some(TooFew(0)));
-        let chunk = rx.read_chunk(5).unwrap();
+        let mut chunk = rx.read_chunk(5).unwrap();
         let (a, b) = chunk.as_slices();
         assert_eq!((a, b), (&[2, 10, 11][..], &[12, 13][..]));
-        chunk.commit_all();
+        // Items can be changed in place before they are popped (rtrb's `as_mut_slices`).
+        let (a, b) = chunk.as_mut_slices();
+        a[0] = 20;
+        b[1] = 30;
+        assert_eq!(chunk.as_slices(), (&[20, 10, 11][..], &[12, 30][..]));
+        chunk.commit(4);
+        assert_eq!(rx.try_pop(), Ok(30));
         assert!(rx.is_empty());
         assert_eq!(rx.read_chunk(1).err(), Some(TooFew(0)));
     }
