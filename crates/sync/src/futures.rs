@@ -43,7 +43,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use crate::mpmc::{complete_recv, complete_send, Flavor, Receiver, RecvError, SendError, Sender};
+use crate::mpmc::{
+    complete_recv, complete_send, Blocked, Flavor, Receiver, RecvError, SendError, Sender,
+};
 use crate::primitives::Arc;
 use crate::rendezvous::QueuedSend;
 use crate::select::{Attempt, Ctx, Handle, Token};
@@ -180,6 +182,21 @@ fn poll_recv<T>(
     watching: &mut Option<Arc<Ctx>>,
     cx: &mut Context<'_>,
 ) -> Poll<Result<T, RecvError>> {
+    // The bounded channel's own receive first: the claim and completion in one, inlined.
+    if let Flavor::Array(c) = flavor {
+        match c.try_recv() {
+            Ok(v) => {
+                unwatch(flavor, false, watching);
+                return Poll::Ready(Ok(v));
+            }
+            Err(Blocked::Settled(())) => {
+                watch(flavor, false, watching, cx);
+                return Poll::Pending;
+            }
+            // In flight, or disconnected: as below.
+            Err(_) => {}
+        }
+    }
     let mut token = Token::default();
     let claimed = flavor.try_claim(false, &mut token);
     if !matches!(claimed, Attempt::NotReady) {
@@ -221,6 +238,26 @@ impl<T> Future for SendFut<'_, T> {
             return c
                 .poll_send(&mut this.value, &mut this.queued, cx.waker())
                 .map_err(SendError);
+        }
+        // The bounded channel's own send first: the claim and completion in one, inlined.
+        if let Flavor::Array(c) = flavor {
+            let value = this
+                .value
+                .take()
+                .expect("an async send polled after it completed");
+            match c.try_send(value) {
+                Ok(()) => {
+                    unwatch(flavor, true, &mut this.watching);
+                    return Poll::Ready(Ok(()));
+                }
+                Err(Blocked::Settled(v)) => {
+                    this.value = Some(v);
+                    watch(flavor, true, &mut this.watching, cx);
+                    return Poll::Pending;
+                }
+                // In flight, or disconnected: as below.
+                Err(Blocked::InFlight(v) | Blocked::Disconnected(v)) => this.value = Some(v),
+            }
         }
         let mut token = Token::default();
         let claimed = flavor.try_claim(true, &mut token);

@@ -253,7 +253,7 @@ unsafe impl<T: Send> Send for Chan<T> {}
 unsafe impl<T: Send> Sync for Chan<T> {}
 
 /// Why a non-blocking attempt found nothing to do.
-enum Blocked<T> {
+pub(crate) enum Blocked<T> {
     /// Full / empty: the other index shows it.
     Settled(T),
     /// A slot's other side claimed it and has not finished.
@@ -297,7 +297,7 @@ impl<T> Chan<T> {
     }
 
     #[inline]
-    fn try_send(&self, value: T) -> Result<(), Blocked<T>> {
+    pub(crate) fn try_send(&self, value: T) -> Result<(), Blocked<T>> {
         match self.claim_send() {
             Ok((idx, wake)) => {
                 // SAFETY: claimed just now.
@@ -377,7 +377,7 @@ impl<T> Chan<T> {
     }
 
     #[inline]
-    fn try_recv(&self) -> Result<T, Blocked<()>> {
+    pub(crate) fn try_recv(&self) -> Result<T, Blocked<()>> {
         let (idx, wake) = self.claim_recv()?;
         // SAFETY: claimed just now.
         Ok(unsafe { self.read(idx, wake) })
