@@ -740,8 +740,8 @@ impl<T> Handle for Flavor<T> {
             (Flavor::List(c), false) => {
                 return match c.claim_recv() {
                     Ok((block, offset)) => {
-                        token.block = block.cast();
-                        token.offset = offset;
+                        token.ptr = block.cast_const().cast();
+                        token.index = offset as u64;
                         Attempt::Claimed
                     }
                     Err(crate::list::Nothing::Disconnected) => {
@@ -847,7 +847,7 @@ impl<T> Handle for Flavor<T> {
 /// comes back if the claim found the channel disconnected.
 pub(crate) fn complete_send<T>(flavor: &Flavor<T>, token: &mut Token, msg: T) -> Result<(), T> {
     match flavor {
-        _ if token.disconnected && token.packet.is_null() => Err(msg),
+        _ if token.disconnected && token.ptr.is_null() => Err(msg),
         Flavor::Array(c) => {
             // SAFETY: the claim took `token.index` on this channel.
             unsafe { c.write(token.index, token.wake, msg) };
@@ -861,12 +861,14 @@ pub(crate) fn complete_send<T>(flavor: &Flavor<T>, token: &mut Token, msg: T) ->
 /// The second half of a receive claimed on `flavor` (by a select, or an async receive).
 pub(crate) fn complete_recv<T>(flavor: &Flavor<T>, token: &mut Token) -> Result<T, RecvError> {
     let r = match flavor {
-        _ if token.disconnected && token.packet.is_null() => Err(()),
+        _ if token.disconnected && token.ptr.is_null() => Err(()),
         // SAFETY: the select claimed `token.index` on this channel.
         Flavor::Array(c) => Ok(unsafe { c.read(token.index, token.wake) }),
         Flavor::List(_) => {
             // SAFETY: the select claimed this slot on this channel.
-            Ok(unsafe { crate::list::Chan::<T>::read(token.block.cast(), token.offset) })
+            Ok(unsafe {
+                crate::list::Chan::<T>::read(token.ptr.cast_mut().cast(), token.index as usize)
+            })
         }
         Flavor::Zero(c) => c.select_recv(token),
     };

@@ -540,7 +540,7 @@ impl<T> Chan<T> {
         };
         match partner {
             Some(e) => {
-                token.packet = Arc::into_raw(e.packet).cast();
+                token.ptr = Arc::into_raw(e.packet).cast();
                 true
             }
             None if !send && q.disconnected => {
@@ -564,7 +564,7 @@ impl<T> Chan<T> {
             return;
         }
         let packet = Packet::new(None);
-        reg.packet = Arc::into_raw(packet.clone()).cast();
+        reg.ptr = Arc::into_raw(packet.clone()).cast();
         let entry = Entry {
             packet,
             select: Some((ctx.clone(), index)),
@@ -592,10 +592,10 @@ impl<T> Chan<T> {
     /// Takes a select's entry out of the queue (if no partner popped it); releases its packet
     /// unless the select was `selected` through it.
     pub(crate) fn select_unregister(&self, send: bool, reg: &mut Token, selected: bool) {
-        if reg.packet.is_null() {
+        if reg.ptr.is_null() {
             return;
         }
-        let packet: *const Packet<T> = reg.packet.cast();
+        let packet: *const Packet<T> = reg.ptr.cast();
         {
             let mut q = self.lock();
             let queue = if send {
@@ -608,18 +608,18 @@ impl<T> Chan<T> {
             }
         }
         if !selected {
-            // SAFETY: `reg.packet` came from `Arc::into_raw` in `select_register`.
+            // SAFETY: `reg.ptr` came from `Arc::into_raw` in `select_register`.
             drop(unsafe { Arc::from_raw(packet) });
-            reg.packet = std::ptr::null();
+            reg.ptr = std::ptr::null();
         }
     }
 
     /// Completes a selected send.
     pub(crate) fn select_send(&self, token: &mut Token, value: T) -> Result<(), T> {
-        let packet = (!token.packet.is_null())
+        let packet = (!token.ptr.is_null())
             // SAFETY: a token's packet came from `Arc::into_raw` of this channel's packet.
-            .then(|| unsafe { Arc::from_raw(token.packet.cast::<Packet<T>>()) });
-        token.packet = std::ptr::null();
+            .then(|| unsafe { Arc::from_raw(token.ptr.cast::<Packet<T>>()) });
+        token.ptr = std::ptr::null();
         let Some(p) = packet.filter(|_| !token.disconnected) else {
             return Err(value);
         };
@@ -639,10 +639,10 @@ impl<T> Chan<T> {
 
     /// Completes a selected receive.
     pub(crate) fn select_recv(&self, token: &mut Token) -> Result<T, ()> {
-        let packet = (!token.packet.is_null())
+        let packet = (!token.ptr.is_null())
             // SAFETY: as in `select_send`.
-            .then(|| unsafe { Arc::from_raw(token.packet.cast::<Packet<T>>()) });
-        token.packet = std::ptr::null();
+            .then(|| unsafe { Arc::from_raw(token.ptr.cast::<Packet<T>>()) });
+        token.ptr = std::ptr::null();
         let Some(p) = packet.filter(|_| !token.disconnected) else {
             return Err(());
         };

@@ -76,6 +76,7 @@
 //! a busy first operation cannot starve the others.
 
 use std::cell::UnsafeCell;
+use std::mem::MaybeUninit;
 use std::task::Waker;
 use std::time::Duration;
 
@@ -277,16 +278,15 @@ impl Observers {
 /// What a claim took: read by the completion on the same channel.
 #[derive(Clone, Copy)]
 pub(crate) struct Token {
-    /// Bounded: the claimed index, and whether the other side's waiting flag was in the word
-    /// the claim replaced (then the completion wakes it).
+    /// Bounded: the claimed index. Unbounded receive: the claimed slot's offset in its block.
     pub(crate) index: u64,
+    /// Unbounded receive: the claimed slot's block. Rendezvous: a packet (`Arc::into_raw`),
+    /// either the partner's (popped by the claim) or, with `own`, the select's own, through
+    /// which a partner selected it.
+    pub(crate) ptr: *const (),
+    /// Bounded: whether the other side's waiting flag was in the word the claim replaced
+    /// (then the completion wakes it).
     pub(crate) wake: bool,
-    /// Unbounded receive: the claimed slot's block and offset.
-    pub(crate) block: *mut (),
-    pub(crate) offset: usize,
-    /// Rendezvous: a packet (`Arc::into_raw`), either the partner's (popped by the claim) or,
-    /// with `own`, the select's own, through which a partner selected it.
-    pub(crate) packet: *const (),
     pub(crate) own: bool,
     /// The operation was claimed because the channel is disconnected: it completes with an
     /// error.
@@ -297,10 +297,8 @@ impl Default for Token {
     fn default() -> Token {
         Token {
             index: 0,
+            ptr: std::ptr::null(),
             wake: false,
-            block: std::ptr::null_mut(),
-            offset: 0,
-            packet: std::ptr::null(),
             own: false,
             disconnected: false,
         }
@@ -360,7 +358,8 @@ const INLINE_OPS: usize = 4;
 /// The operations of a selection: the first [`INLINE_OPS`] in place, the rest on the heap, so
 /// that a `select!` allocates nothing before it has to block.
 struct Ops<'a> {
-    inline: [Option<Op<'a>>; INLINE_OPS],
+    /// `inline[..len.min(INLINE_OPS)]` are initialised (`Op` is `Copy`: nothing to drop).
+    inline: [MaybeUninit<Op<'a>>; INLINE_OPS],
     len: usize,
     spilled: Vec<Op<'a>>,
 }
@@ -368,7 +367,7 @@ struct Ops<'a> {
 impl<'a> Ops<'a> {
     fn new() -> Ops<'a> {
         Ops {
-            inline: [None; INLINE_OPS],
+            inline: [MaybeUninit::uninit(); INLINE_OPS],
             len: 0,
             spilled: Vec::new(),
         }
@@ -380,22 +379,30 @@ impl<'a> Ops<'a> {
 
     fn push(&mut self, op: Op<'a>) {
         match self.inline.get_mut(self.len) {
-            Some(slot) => *slot = Some(op),
+            Some(slot) => *slot = MaybeUninit::new(op),
             None => self.spilled.push(op),
         }
         self.len += 1;
     }
 
+    /// The `i`-th operation; `i < len`.
+    #[inline]
     fn get(&self, i: usize) -> &Op<'a> {
+        debug_assert!(i < self.len);
         match self.inline.get(i) {
-            Some(op) => op.as_ref().expect("below len"),
+            // SAFETY: `i < len`, and the first `len` inline slots (up to INLINE_OPS) are set.
+            Some(op) => unsafe { op.assume_init_ref() },
             None => &self.spilled[i - INLINE_OPS],
         }
     }
 
+    /// The `i`-th operation; `i < len`.
+    #[inline]
     fn get_mut(&mut self, i: usize) -> &mut Op<'a> {
+        debug_assert!(i < self.len);
         match self.inline.get_mut(i) {
-            Some(op) => op.as_mut().expect("below len"),
+            // SAFETY: as in `get`.
+            Some(op) => unsafe { op.assume_init_mut() },
             None => &mut self.spilled[i - INLINE_OPS],
         }
     }
@@ -406,8 +413,6 @@ impl<'a> Ops<'a> {
         *self.get_mut(i) = last;
         if self.len > INLINE_OPS {
             self.spilled.pop();
-        } else {
-            self.inline[self.len - 1] = None;
         }
         self.len -= 1;
     }
@@ -620,8 +625,9 @@ impl<'a> Select<'a> {
     /// The first ready operation's index, from a random one on.
     fn first_ready(&self, start: usize) -> Option<usize> {
         let n = self.ops.len();
-        (0..n)
-            .map(|k| self.ops.get((start + k) % n))
+        (start..n)
+            .chain(0..start)
+            .map(|i| self.ops.get(i))
             .find_map(|op| op.handle.is_ready(op.send, None).then_some(op.index))
     }
 
@@ -694,7 +700,12 @@ impl<'a> Select<'a> {
         loop {
             let mut in_flight = false;
             for k in 0..n {
-                let i = (start + k) % n;
+                // (start + k) mod n, without a division.
+                let i = if start + k < n {
+                    start + k
+                } else {
+                    start + k - n
+                };
                 let op = self.ops.get(i);
                 let mut token = Token::default();
                 match op.handle.try_claim(op.send, &mut token) {
