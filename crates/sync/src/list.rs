@@ -59,7 +59,8 @@
 //! it cleared by an earlier such sender, and that sender increments `not_empty` after its
 //! `WRITTEN`; the increment is ordered after `e`, so `wait(e)` returns. A receiver that sees the
 //! list still empty sleeps on `e`. The flag is shared: the sender that clears it wakes every
-//! sleeper, and each that finds nothing sets it again.
+//! sleeper, and each that finds nothing sets it again. Selects and async receives are on an
+//! observer list pushed before they set the flag, which that sender wakes too (`select.rs`).
 //!
 //! **Disconnection** as crossbeam-channel's: the last sender sets `DISCONNECTED` in `tail` and
 //! signals; receivers take what is left, then fail. The last receiver sets it too (later sends

@@ -77,6 +77,9 @@
 //! Several waiters share one flag; the operation that clears it wakes them all (an
 //! [`EventCount`] signal wakes every sleeper), and each one that finds nothing to do sets the
 //! flag again before it sleeps. A waiter that times out leaves its flag: one spurious signal.
+//! Selects and async operations wait on the same flags: each side keeps a list of their
+//! contexts (`select.rs`), pushed before the flag is set, and the operation that clears the
+//! flag wakes that list too (one load when it is empty).
 //!
 //! **Disconnection** (as crossbeam-channel): when the last `Sender` or the last `Receiver`
 //! goes, `DISCONNECTED` is set in `tail` and both event counts are signalled. Senders then fail

@@ -42,6 +42,17 @@
 //! pairs them. `Full` / `Empty` (the `try_*` forms), `Timeout` and `Disconnected`: the critical
 //! section that found no partner, removed the own packet, or saw the flag.
 //!
+//! **Selects and async sends.** A queue entry may carry a context (`select.rs`): a blocked
+//! select's, with the operation's index and an empty packet, or an async send's, with its
+//! value. A partner that pops such an entry must first win the context's
+//! `CAS(WAITING → index)`; if it loses, it drops the entry and pops the next. It then writes
+//! into a receiver's packet and settles it as above; from a sender's packet it takes the
+//! value once the packet is `full` (a select's sender fills its packet in its completion,
+//! after it was selected). A plain blocked operation whose packet a select's claim popped
+//! (settled only by that select's completion) waits for the settling store even past its
+//! deadline. `Select::ready` and async receives do not queue: they are on watch lists that
+//! each queuing, and the disconnection, wake after the critical section.
+//!
 //! **Disconnection** (as crossbeam-channel): when the last sender or the last receiver goes,
 //! the flag is set and every queued packet settles `DISCONNECTED`: a blocked receiver gets
 //! `Disconnected`, a blocked sender its value back.
