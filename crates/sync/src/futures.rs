@@ -155,7 +155,37 @@ impl<T> Drop for RecvStream<'_, T> {
 fn unwatch<T>(flavor: &Flavor<T>, send: bool, watching: &mut Option<Arc<Ctx>>) {
     if let Some(ctx) = watching.take() {
         flavor.unwatch(send, &ctx);
+        recycle(ctx);
     }
+}
+
+// A watching context, once off its list, is kept for the thread's next watch: a task that
+// awaits a receive in a loop would otherwise allocate one per `recv_async`. A watch context is
+// never selected (only woken), so any one serves; one still held by a notifier that is about
+// to wake it (strong count above 1) is not kept, so no wake-up lands on a later watch.
+#[cfg(not(loom))]
+thread_local! {
+    static SPARE: std::cell::Cell<Option<Arc<Ctx>>> = const { std::cell::Cell::new(None) };
+}
+
+/// A context for the task `cx` belongs to: the thread's spare, or a new one.
+fn task_ctx(cx: &Context<'_>) -> Arc<Ctx> {
+    #[cfg(not(loom))]
+    if let Some(ctx) = SPARE.with(std::cell::Cell::take) {
+        ctx.set_waker(cx.waker());
+        return ctx;
+    }
+    Ctx::for_task(cx.waker())
+}
+
+/// A context off every list: kept as the thread's spare if nobody else holds it.
+fn recycle(ctx: Arc<Ctx>) {
+    #[cfg(not(loom))]
+    if Arc::strong_count(&ctx) == 1 {
+        SPARE.with(|s| s.set(Some(ctx)));
+    }
+    #[cfg(loom)]
+    drop(ctx);
 }
 
 /// Watches the operation for the task (registering it, or, if it still is, updating its
@@ -167,7 +197,7 @@ fn watch<T>(flavor: &Flavor<T>, send: bool, watching: &mut Option<Arc<Ctx>>, cx:
             flavor.rearm(send);
         }
         None => {
-            let ctx = Ctx::for_task(cx.waker());
+            let ctx = task_ctx(cx);
             flavor.watch(send, &ctx);
             *watching = Some(ctx);
         }
