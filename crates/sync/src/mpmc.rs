@@ -984,6 +984,11 @@ impl<T> Sender<T> {
     pub fn is_disconnected(&self) -> bool {
         self.flavor.is_disconnected()
     }
+
+    /// Whether `other` sends into the same channel (as crossbeam-channel's `same_channel`).
+    pub fn same_channel(&self, other: &Sender<T>) -> bool {
+        self.flavor.channel() == other.flavor.channel()
+    }
 }
 
 impl<T> Receiver<T> {
@@ -1063,6 +1068,12 @@ impl<T> Receiver<T> {
     /// Whether the other side (every sender) is gone.
     pub fn is_disconnected(&self) -> bool {
         self.flavor.is_disconnected()
+    }
+
+    /// Whether `other` receives from the same channel (as crossbeam-channel's
+    /// `same_channel`).
+    pub fn same_channel(&self, other: &Receiver<T>) -> bool {
+        self.flavor.channel() == other.flavor.channel()
     }
 }
 
@@ -1224,6 +1235,16 @@ mod tests {
                 }
                 assert!(rx.is_empty());
             }
+        }
+    }
+
+    #[test]
+    fn mpmc_same_channel() {
+        for (tx, rx) in [channel::<u8>(0), channel::<u8>(2), unbounded::<u8>()] {
+            let (tx2, rx2) = (tx.clone(), rx.clone());
+            assert!(tx.same_channel(&tx2) && rx.same_channel(&rx2));
+            let (other_tx, other_rx) = channel::<u8>(2);
+            assert!(!tx.same_channel(&other_tx) && !rx.same_channel(&other_rx));
         }
     }
 
