@@ -37,7 +37,15 @@
 //!
 //! **In flight.** A claim that finds the other side of its slot in flight (claimed, not yet
 //! written: a few instructions, unless that thread was preempted) wakes its own task and
-//! returns `Pending`: the executor polls it again, and the thread is never blocked.
+//! returns `Pending`: the executor polls it again. Two waits remain inside `poll`, both for
+//! another thread that has already committed: an unbounded receive whose claimed slot's
+//! sender has not written it yet (a few instructions), and a receive that pairs with a
+//! blocked `select!`'s rendezvous send, which waits for that select to evaluate its message
+//! (`select!` evaluates it only once chosen, as crossbeam-channel's does).
+//!
+//! **Wakers** are foreign code: they are cloned, called and dropped with no lock of the crate
+//! held (a rendezvous partner wakes the task it paired with after releasing the channel's
+//! lock), so an executor's own locks cannot deadlock with a channel's.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -168,21 +176,25 @@ thread_local! {
     static SPARE: std::cell::Cell<Option<Arc<Ctx>>> = const { std::cell::Cell::new(None) };
 }
 
-/// A context for the task `cx` belongs to: the thread's spare, or a new one.
+/// A context for the task `cx` belongs to: the thread's spare, or a new one. (`try_with`: a
+/// future may be polled or dropped by another thread-local's destructor, after `SPARE`'s.)
 fn task_ctx(cx: &Context<'_>) -> Arc<Ctx> {
     #[cfg(not(loom))]
-    if let Some(ctx) = SPARE.with(std::cell::Cell::take) {
+    if let Ok(Some(ctx)) = SPARE.try_with(std::cell::Cell::take) {
         ctx.set_waker(cx.waker());
         return ctx;
     }
     Ctx::for_task(cx.waker())
 }
 
-/// A context off every list: kept as the thread's spare if nobody else holds it.
+/// A context off every list: kept as the thread's spare if nobody else holds it, without its
+/// waker (which would keep a finished task alive).
 fn recycle(ctx: Arc<Ctx>) {
     #[cfg(not(loom))]
     if Arc::strong_count(&ctx) == 1 {
-        SPARE.with(|s| s.set(Some(ctx)));
+        ctx.clear_waker();
+        // Dropped instead if the thread-local is gone (the thread is exiting).
+        let _ = SPARE.try_with(|s| s.set(Some(ctx)));
     }
     #[cfg(loom)]
     drop(ctx);

@@ -26,7 +26,10 @@
 //! **Invariants.** A packet is in a queue exactly while its owner is blocked and nobody has
 //! settled it; packets leave the queues only under the lock — taken by a partner, drained by
 //! the disconnection, or removed by their owner at its deadline — and `state` changes from
-//! `WAITING` only under the lock, by whoever removed the packet. So each packet is removed
+//! `WAITING` once, by whoever removed the packet (under the lock, or after releasing it when
+//! the value is moved after unlocking: a receive that waits for a select's sender to fill its
+//! packet, a select's completion). An owner that finds its packet gone from the queue at its
+//! deadline waits for that settling store. So each packet is removed
 //! once, and each value has one owner at a time: the sender until a receiver's critical
 //! section moves it (out of the sender's packet, or into the receiver's), the receiver after.
 //! An owner reads its packet's value only after it saw `state` settled (`Acquire`, pairing
@@ -124,6 +127,16 @@ struct Entry<T> {
     select: Option<(Arc<Ctx>, usize)>,
 }
 
+impl<T> Entry<T> {
+    /// After pairing with this entry, with no lock held: wake its select or task, if any (its
+    /// waker is foreign code, which may take the executor's locks).
+    fn wake_select(&self) {
+        if let Some((ctx, _)) = &self.select {
+            ctx.wake();
+        }
+    }
+}
+
 impl<T> Packet<T> {
     fn new(value: Option<T>) -> Arc<Packet<T>> {
         Arc::new(Packet {
@@ -170,8 +183,8 @@ impl<T> Packet<T> {
         }
     }
 
-    /// Settles the packet (under the channel's lock); the caller wakes its owner after
-    /// unlocking.
+    /// Settles the packet, once, by whoever removed it from its queue (see the invariants);
+    /// the caller wakes its owner with no lock held.
     fn settle(&self, how: u32) {
         self.state.store(how, Release);
     }
@@ -217,7 +230,8 @@ struct Queues<T> {
 }
 
 /// Pops the first entry whose operation can still be paired: a plain one, or a select's whose
-/// context this pairing wins (see `select.rs`); a select's that lost is dropped.
+/// context this pairing wins (see `select.rs`); a select's that lost is dropped. The caller
+/// wakes a won context (`Entry::wake_select`) after it releases the lock.
 fn pop_partner<T>(queue: &mut VecDeque<Entry<T>>) -> Option<Entry<T>> {
     while let Some(e) = queue.pop_front() {
         match &e.select {
@@ -373,13 +387,15 @@ impl<T> Chan<T> {
         if q.disconnected {
             return Err(Failed::Disconnected(value));
         }
-        if let Some(Entry { packet: r, .. }) = pop_partner(&mut q.receivers) {
+        if let Some(e) = pop_partner(&mut q.receivers) {
+            let r = &e.packet;
             // SAFETY: `r` was queued, so its owner does not read the value before it sees
             // the settling store below.
             unsafe { r.with_value(|v| *v = Some(value)) };
             r.settle(DONE);
             drop(q);
             r.wake();
+            e.wake_select();
             return Ok(());
         }
         let Wait::Until(deadline) = wait else {
@@ -403,9 +419,10 @@ impl<T> Chan<T> {
 
     pub(crate) fn recv(&self, wait: Wait) -> Result<T, Failed<()>> {
         let mut q = self.lock();
-        if let Some(Entry { packet: s, .. }) = pop_partner(&mut q.senders) {
+        if let Some(e) = pop_partner(&mut q.senders) {
             drop(q);
-            return Ok(Self::take_from_sender(&s));
+            e.wake_select();
+            return Ok(Self::take_from_sender(&e.packet));
         }
         if q.disconnected {
             return Err(Failed::Disconnected(()));
@@ -452,14 +469,14 @@ impl<T> Chan<T> {
                 Some((ctx, index)) => ctx.try_select(*index, true),
                 None => true,
             })
-            .map(|e| e.packet)
             .collect();
-        for p in &blocked {
-            p.settle(DISCONNECTED);
+        for e in &blocked {
+            e.packet.settle(DISCONNECTED);
         }
         drop(q);
-        for p in &blocked {
-            p.wake();
+        for e in &blocked {
+            e.packet.wake();
+            e.wake_select();
         }
         self.recv_watch.notify();
         self.send_watch.notify();
@@ -496,19 +513,22 @@ impl<T> Chan<T> {
         let v = value
             .take()
             .expect("an async send polled after it completed");
+        // Made before the lock is taken: cloning the waker is foreign code.
+        let ctx = Ctx::for_task(waker);
         let mut q = self.lock();
         if q.disconnected {
             return Poll::Ready(Err(v));
         }
-        if let Some(Entry { packet: r, .. }) = pop_partner(&mut q.receivers) {
+        if let Some(e) = pop_partner(&mut q.receivers) {
+            let r = &e.packet;
             // SAFETY: `r` was queued: its owner reads the value only after the settling store.
             unsafe { r.with_value(|x| *x = Some(v)) };
             r.settle(DONE);
             drop(q);
             r.wake();
+            e.wake_select();
             return Poll::Ready(Ok(()));
         }
-        let ctx = Ctx::for_task(waker);
         let packet = Packet::new(Some(v));
         q.senders.push_back(Entry {
             packet: packet.clone(),
@@ -551,6 +571,8 @@ impl<T> Chan<T> {
         };
         match partner {
             Some(e) => {
+                drop(q);
+                e.wake_select();
                 token.ptr = Arc::into_raw(e.packet).cast();
                 true
             }

@@ -45,8 +45,9 @@
 //! — which it sees, as the push happened-before the `fetch_or` its CAS read. One whose CAS
 //! came before is visible to the readiness check after registering (`len`, or the stamp for
 //! the in-flight case), and the select does not sleep. For rendezvous entries, the partner
-//! that pops one selects it under the channel's lock and increments `ctx.ec`; the readiness
-//! check reads the queues under the same lock. So every change that could let a registered
+//! that pops one selects it under the channel's lock and, once it has released the lock,
+//! increments `ctx.ec` (or wakes the task: wakers run with no lock of the crate held); the
+//! readiness check reads the queues under the same lock. So every change that could let a registered
 //! operation proceed either is seen by the check, or increments `ctx.ec` after `e` was read,
 //! and `wait(e)` returns.
 //!
@@ -101,10 +102,11 @@ pub(crate) struct Ctx {
     waker: Option<WakerSlot>,
 }
 
-/// A task's waker, replaceable while registered (a task may move between polls).
+/// A task's waker, replaceable while registered (a task may move between polls). Only clones
+/// and moves happen under its lock: the waker's own code (`wake`, `drop`) runs after it.
 pub(crate) struct WakerSlot {
     lock: SpindleLock,
-    waker: UnsafeCell<Waker>,
+    waker: UnsafeCell<Option<Waker>>,
 }
 
 // SAFETY: the waker is accessed only under the lock.
@@ -112,14 +114,29 @@ unsafe impl Send for WakerSlot {}
 // SAFETY: as above.
 unsafe impl Sync for WakerSlot {}
 
+/// A held `SpindleLock`, released when dropped (also if the code under it panics: a waker's
+/// `clone` is foreign code).
+struct Held<'a>(&'a SpindleLock);
+
+impl<'a> Held<'a> {
+    fn new(lock: &'a SpindleLock) -> Held<'a> {
+        lock.lock();
+        Held(lock)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        // SAFETY: locked in `Held::new`.
+        unsafe { self.0.unlock() };
+    }
+}
+
 impl WakerSlot {
-    fn with<R>(&self, f: impl FnOnce(&mut Waker) -> R) -> R {
-        self.lock.lock();
+    fn with<R>(&self, f: impl FnOnce(&mut Option<Waker>) -> R) -> R {
+        let _held = Held::new(&self.lock);
         // SAFETY: the lock is held.
-        let r = f(unsafe { &mut *self.waker.get() });
-        // SAFETY: locked above.
-        unsafe { self.lock.unlock() };
-        r
+        f(unsafe { &mut *self.waker.get() })
     }
 }
 
@@ -139,25 +156,29 @@ impl Ctx {
             ec: EventCount::new(),
             waker: Some(WakerSlot {
                 lock: SpindleLock::new(),
-                waker: UnsafeCell::new(waker.clone()),
+                waker: UnsafeCell::new(Some(waker.clone())),
             }),
         })
     }
 
-    /// A task polled again: wake this waker from now on (if it is another one).
+    /// A task polled again: wake this waker from now on.
     pub(crate) fn set_waker(&self, waker: &Waker) {
         if let Some(slot) = &self.waker {
-            slot.with(|w| {
-                if !w.will_wake(waker) {
-                    *w = waker.clone();
-                }
-            });
+            let new = Some(waker.clone());
+            drop(slot.with(|w| std::mem::replace(w, new)));
+        }
+    }
+
+    /// Forgets the task's waker (a spare context should not keep a finished task alive).
+    pub(crate) fn clear_waker(&self) {
+        if let Some(slot) = &self.waker {
+            drop(slot.with(Option::take));
         }
     }
 
     /// A rendezvous partner (or the channel's disconnection) picks operation `index`: true if
-    /// it won, and then the select is woken; false if the select has an operation already or
-    /// closed its registration.
+    /// it won; false if the select has an operation already or closed its registration. The
+    /// winner wakes the context (`wake`) once it holds no lock.
     pub(crate) fn try_select(&self, index: usize, by_disconnection: bool) -> bool {
         let value = index
             | if by_disconnection {
@@ -165,14 +186,9 @@ impl Ctx {
             } else {
                 0
             };
-        let won = self
-            .selected
+        self.selected
             .compare_exchange(WAITING, value, SeqCst, SeqCst)
-            .is_ok();
-        if won {
-            self.wake();
-        }
-        won
+            .is_ok()
     }
 
     /// What a partner selected: `None` while nothing was; else the operation's index and
@@ -191,13 +207,19 @@ impl Ctx {
             .is_ok()
     }
 
-    /// Something changed on a channel it watches: the select or the task tries again.
-    fn wake(&self) {
+    /// Something changed on a channel it watches, or a partner selected it: the select or the
+    /// task tries again. Called with no lock held: a task's waker is foreign code, which may
+    /// take the executor's locks.
+    pub(crate) fn wake(&self) {
         match &self.waker {
             None => {
                 self.ec.increment();
             }
-            Some(slot) => slot.with(|w| w.wake_by_ref()),
+            Some(slot) => {
+                if let Some(w) = slot.with(|w| w.clone()) {
+                    w.wake();
+                }
+            }
         }
     }
 }
@@ -225,18 +247,15 @@ impl Observers {
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut Vec<Arc<Ctx>>) -> R) -> R {
-        self.lock.lock();
+        let _held = Held::new(&self.lock);
         // SAFETY: the lock is held.
-        let r = f(unsafe { &mut *self.list.get() });
-        // SAFETY: locked above.
-        unsafe { self.lock.unlock() };
-        r
+        f(unsafe { &mut *self.list.get() })
     }
 
     pub(crate) fn add(&self, ctx: &Arc<Ctx>) {
         self.with(|list| {
             list.push(ctx.clone());
-            self.count.fetch_add(1, Relaxed);
+            self.count.fetch_add(1, SeqCst);
         });
     }
 
@@ -244,15 +263,18 @@ impl Observers {
         self.with(|list| {
             if let Some(i) = list.iter().position(|c| Arc::ptr_eq(c, ctx)) {
                 list.swap_remove(i);
-                self.count.fetch_sub(1, Relaxed);
+                self.count.fetch_sub(1, SeqCst);
             }
         });
     }
 
     /// Wakes every registered select (called after the side's waiting flag was found).
+    // `SeqCst` (a plain load on x86): a watcher's push, then its flag `fetch_or` and its
+    // reading of the other index, against a disconnection's `fetch_or` then this load, is the
+    // store-buffering pattern across two words; sequential consistency rules out that both miss.
     #[inline]
     pub(crate) fn notify(&self) {
-        if self.count.load(Acquire) != 0 {
+        if self.count.load(SeqCst) != 0 {
             self.notify_all();
         }
     }

@@ -219,6 +219,74 @@ fn dropped_futures_lose_nothing() {
     }
 }
 
+/// Wakers run with no lock of the channel held. An executor whose waker takes its run-queue
+/// mutex, and which drops a queued rendezvous send while holding that mutex (the drop takes the
+/// channel's lock), must not deadlock with a receiver that pairs with another queued send of
+/// the same task and wakes it.
+#[test]
+fn a_waker_taking_the_executors_lock_cannot_deadlock_a_channel() {
+    struct QueueWaker(Arc<std::sync::Mutex<Vec<u32>>>);
+    impl Wake for QueueWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.lock().unwrap().push(1);
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.lock().unwrap().push(1);
+        }
+    }
+    let queue = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let waker = Waker::from(Arc::new(QueueWaker(queue.clone())));
+    let mut cx = Context::from_waker(&waker);
+    let (tx, rx) = mpmc::channel::<u32>(0);
+    let tx: &'static Sender<u32> = Box::leak(Box::new(tx));
+    let mut first = Box::pin(tx.send_async(2)); // queued first: the receiver pairs with it
+    let mut second = Box::pin(tx.send_async(1));
+    assert!(first.as_mut().poll(&mut cx).is_pending());
+    assert!(second.as_mut().poll(&mut cx).is_pending());
+    let executor = std::thread::spawn(move || {
+        let _run_queue = queue.lock().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        drop(second); // withdraws it: takes the channel's lock
+        drop(first);
+    });
+    std::thread::sleep(Duration::from_millis(30));
+    let receiver = std::thread::spawn(move || rx.recv_timeout(PATIENCE));
+    let t0 = Instant::now();
+    while !(executor.is_finished() && receiver.is_finished()) {
+        assert!(
+            t0.elapsed() < PATIENCE,
+            "deadlock: a waker ran under the channel's lock"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    executor.join().unwrap();
+    assert_eq!(receiver.join().unwrap(), Ok(2));
+}
+
+/// A pending future dropped by another thread-local's destructor, after the crate's own
+/// thread-local is gone, does not abort the process.
+#[test]
+fn a_future_dropped_at_thread_exit_is_fine() {
+    use std::cell::RefCell;
+    type Held = RefCell<Option<std::pin::Pin<Box<mpmc::RecvFut<'static, u32>>>>>;
+    thread_local! {
+        static HOLDER: Held = const { RefCell::new(None) };
+    }
+    let (tx, rx) = mpmc::channel::<u32>(1);
+    let rx: &'static Receiver<u32> = Box::leak(Box::new(rx));
+    std::thread::spawn(move || {
+        HOLDER.with(|_| ()); // registered first, so destroyed after the crate's
+        let mut f = Box::pin(rx.recv_async());
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(f.as_mut().poll(&mut cx).is_pending());
+        HOLDER.with(|h| *h.borrow_mut() = Some(f));
+    })
+    .join()
+    .unwrap();
+    tx.send(1).unwrap();
+    assert_eq!(rx.try_recv(), Ok(1));
+}
+
 #[cfg(feature = "futures-core")]
 #[test]
 fn the_receiver_is_a_stream() {
