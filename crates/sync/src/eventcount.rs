@@ -121,7 +121,9 @@
 //! row went unanswered (a producer that signals once a millisecond: every wait ends asleep,
 //! and the spin before it was CPU time thrown away) they poll 8 times, with a full spin every
 //! 16th wait so that a producer grown prompt again is noticed; one answered spin makes them
-//! full again. A new event count's first wait spins in full and decides alone: answered, the
+//! full again, and so does a wait answered within 250 µs of its spin (`SP_PROMPT`: otherwise
+//! two threads handing off to each other, both asleep after a hiccup, would each find its
+//! partner asleep even during a full spin, and sleep through every hand-off for good). A new event count's first wait spins in full and decides alone: answered, the
 //! spins stay full; not, they turn short at once. The lab's `rings` experiment measures both sides of the trade: the idle
 //! consumer's CPU time, and ping-pong on two CPUs and on one.
 //!
@@ -241,6 +243,16 @@ const SP_SPIN_TRUST: u32 = 8;
 /// producer that has become prompt again is noticed (a short spin can miss it, and the
 /// waiter would otherwise sleep through every hand-off for good).
 const SP_SPIN_PROBE: u32 = 16;
+
+/// A single-producer wait that went past its spin but was answered within this long counts
+/// as answered, and makes the next spins full again. Without it, two threads handing off to
+/// each other could both lose trust during a hiccup (a preempted vCPU) and then stay asleep
+/// for good: each one's partner is asleep too, so even a full probe spin (a few µs) ends
+/// before the partner's futex wake-up and context switch (2–50 µs on the machines measured)
+/// answer it, and every hand-off pays a wake-up. A producer that signals rarely — the case
+/// short spins are for — keeps its waiter asleep for far longer (the lab's idle consumer:
+/// 1 ms).
+const SP_PROMPT: std::time::Duration = std::time::Duration::from_micros(250);
 
 /// How long a single-producer waiter watches the version after announcing itself, for a
 /// signal whose version store may still be in its producer's store buffer, where no barrier
@@ -946,6 +958,20 @@ impl SpEventCount {
             deadline,
             iteration: 0,
         };
+        // The version moved after the spin: if promptly (`SP_PROMPT`), trust spins again.
+        let started = state.started;
+        let answered = |v: u64| {
+            let waited = Deadline::now()
+                .as_nanos()
+                .saturating_sub(started.as_nanos());
+            if waited < SP_PROMPT.as_nanos() as u64
+                && self.spin.load(std::sync::atomic::Ordering::Relaxed) != SP_SPIN_TRUST
+            {
+                self.spin
+                    .store(SP_SPIN_TRUST, std::sync::atomic::Ordering::Relaxed);
+            }
+            Waited::Changed(v)
+        };
         // Our standing announcement: when it was made, the value of `S` it left, and whether
         // `settle` closed the window for it (None: not made, or taken by the producer); and
         // the next nap.
@@ -965,11 +991,11 @@ impl SpEventCount {
                 None => {
                     let s = self.sleepers.fetch_or(1, SeqCst) | 1;
                     if let Some(v) = self.changed_since(old, s, !Self::window_closes()) {
-                        return Waited::Changed(v);
+                        return answered(v);
                     }
                     let (changed, closed) = self.settle(old);
                     if let Some(v) = changed {
-                        return Waited::Changed(v);
+                        return answered(v);
                     }
                     nap = SP_FIRST_NAP;
                     *announced.insert((Deadline::now(), s, closed))
@@ -998,7 +1024,7 @@ impl SpEventCount {
                 {
                     self.late.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
-                return Waited::Changed(v);
+                return answered(v);
             }
             if self.sleepers.load(Relaxed) != s {
                 // The producer took the announcement (for an older waiter's version, or its
