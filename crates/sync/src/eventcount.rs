@@ -248,8 +248,8 @@ const SP_SPIN_PROBE: u32 = 16;
 /// as answered, and makes the next spins full again. Without it, two threads handing off to
 /// each other could both lose trust during a hiccup (a preempted vCPU) and then stay asleep
 /// for good: each one's partner is asleep too, so even a full probe spin (a few µs) ends
-/// before the partner's futex wake-up and context switch (2–50 µs on the machines measured)
-/// answer it, and every hand-off pays a wake-up. A producer that signals rarely — the case
+/// before the partner's futex wake-up and context switch answer it (the lab's `rings` wake
+/// section measures that floor on each machine), and every hand-off pays a wake-up. A producer that signals rarely — the case
 /// short spins are for — keeps its waiter asleep for far longer (the lab's idle consumer:
 /// 1 ms).
 const SP_PROMPT: std::time::Duration = std::time::Duration::from_micros(250);

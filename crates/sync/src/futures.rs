@@ -350,13 +350,8 @@ impl<T> std::fmt::Debug for RecvFut<'_, T> {
 #[cfg(all(test, loom))]
 mod loom_models {
     use crate::mpmc::{channel, unbounded};
+    use crate::primitives::model;
     use loom::thread;
-
-    fn model(f: impl Fn() + Sync + Send + 'static) {
-        let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(2);
-        b.check(f);
-    }
 
     /// An async receive waiting on a bounded channel is woken by a sync send (a lost wake-up
     /// is a loom deadlock; the sender's clone is kept so that no disconnection hides one).

@@ -47,3 +47,12 @@ impl<T> std::ops::Deref for CachePadded<T> {
         &self.0
     }
 }
+
+/// Checks `f` under loom with a preemption bound of 2: the models of selects and async
+/// operations, whose blocking paths make deeper bounds take minutes.
+#[cfg(all(test, loom))]
+pub(crate) fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.check(f);
+}

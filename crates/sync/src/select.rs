@@ -1017,13 +1017,8 @@ macro_rules! __spindle_select {
 #[cfg(all(test, loom))]
 mod loom_models {
     use crate::mpmc::{channel, unbounded, RecvError, Select};
+    use crate::primitives::model;
     use loom::thread;
-
-    fn model(f: impl Fn() + Sync + Send + 'static) {
-        let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(2);
-        b.check(f);
-    }
 
     /// A select blocked on two bounded channels is woken by a send on either: the observer
     /// list and the flag lose no wake-up (a lost one is a loom deadlock).

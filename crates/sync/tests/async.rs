@@ -15,18 +15,9 @@ use std::time::{Duration, Instant};
 use spindle_sync::mpmc::{self, Receiver, RecvError, SendError, Sender, TryRecvError};
 
 mod common;
-use common::{per_cpu, time_limit, PerSender, Rng};
+use common::{chan, per_cpu, time_limit, PerSender, Rng, FLAVOURS};
 
 const PATIENCE: Duration = Duration::from_secs(5);
-
-const FLAVOURS: [Option<usize>; 4] = [Some(0), Some(1), Some(8), None];
-
-fn chan<T>(capacity: Option<usize>) -> (Sender<T>, Receiver<T>) {
-    match capacity {
-        Some(n) => mpmc::channel(n),
-        None => mpmc::unbounded(),
-    }
-}
 
 /// Wakes by unparking its thread, and counts the wakes.
 struct ThreadWaker {

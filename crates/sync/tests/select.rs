@@ -9,25 +9,15 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
 use std::time::{Duration, Instant};
 
 use spindle_sync::mpmc::{
-    self, ReadyTimeoutError, Receiver, RecvError, Select, SendError, Sender, TryReadyError,
-    TryRecvError, TrySelectError,
+    self, ReadyTimeoutError, RecvError, Select, SendError, TryReadyError, TryRecvError,
+    TrySelectError,
 };
 use spindle_sync::select;
 
 mod common;
-use common::{per_cpu, time_limit, PerSender, Rng};
+use common::{chan, per_cpu, time_limit, PerSender, Rng, FLAVOURS};
 
 const PATIENCE: Duration = Duration::from_secs(5);
-
-/// Each flavour, by its capacity: `Some(0)` rendezvous, `Some(n)` bounded, `None` unbounded.
-const FLAVOURS: [Option<usize>; 4] = [Some(0), Some(1), Some(8), None];
-
-fn chan<T>(capacity: Option<usize>) -> (Sender<T>, Receiver<T>) {
-    match capacity {
-        Some(n) => mpmc::channel(n),
-        None => mpmc::unbounded(),
-    }
-}
 
 #[test]
 fn select_receives_from_the_ready_channel() {

@@ -884,73 +884,42 @@ fn unbounded_section<'a>(plan: &mut Plan<'a>, pin: Cpus<'a>) {
     }
 }
 
-/// `n` 8-byte items, sent alternately into two bounded channels by one thread and received by
-/// another through a `select!` over both: what waiting on two channels at once costs.
-fn select_spindle(n: u64, pin: Cpus) -> Span {
-    let (a, b) = (
-        mpmc::channel::<u64>(CAPACITY),
-        mpmc::channel::<u64>(CAPACITY),
-    );
-    pair(
-        (a.0, b.0),
-        (a.1, b.1),
-        pin,
-        |(a, b)| {
-            for i in 0..n {
-                let tx = if i % 2 == 0 { &a } else { &b };
-                tx.send(i).expect("the receiver lives");
-            }
-        },
-        |(a, b)| {
-            // Once the sender is done, a drained channel is ready too (disconnected), as
-            // crossbeam-channel's select! says: count the items.
-            let mut got = 0;
-            while got < n {
-                let v = spindle_sync::select! {
-                    recv(a) -> v => v,
-                    recv(b) -> v => v,
-                };
-                if let Ok(v) = v {
-                    std::hint::black_box(v);
-                    got += 1;
-                }
-            }
-        },
-    )
-}
-
-/// [`select_spindle`] with crossbeam-channel's channels and `select!`.
-fn select_crossbeam(n: u64, pin: Cpus) -> Span {
-    let (a, b) = (
-        crossbeam_channel::bounded::<u64>(CAPACITY),
-        crossbeam_channel::bounded::<u64>(CAPACITY),
-    );
-    pair(
-        (a.0, b.0),
-        (a.1, b.1),
-        pin,
-        |(a, b)| {
-            for i in 0..n {
-                let tx = if i % 2 == 0 { &a } else { &b };
-                tx.send(i).expect("the receiver lives");
-            }
-        },
-        |(a, b)| {
-            // Once the sender is done, a drained channel is ready too (disconnected), as
-            // crossbeam-channel's select! says: count the items.
-            let mut got = 0;
-            while got < n {
-                let v = crossbeam_channel::select! {
-                    recv(a) -> v => v,
-                    recv(b) -> v => v,
-                };
-                if let Ok(v) = v {
-                    std::hint::black_box(v);
-                    got += 1;
-                }
-            }
-        },
-    )
+/// One entry of the `select` section: its variant id, label, and the run — `n` 8-byte items,
+/// sent alternately into two bounded channels (`$bounded(capacity)`) by one thread and received by another
+/// through the `select!` macro `$select` over both: what waiting on two channels at once costs.
+macro_rules! select_rival {
+    ($id:literal, $label:literal, $bounded:path, $($select:ident)::+) => {{
+        fn run(n: u64, pin: Cpus) -> Span {
+            let (a, b) = ($bounded(CAPACITY), $bounded(CAPACITY));
+            pair(
+                (a.0, b.0),
+                (a.1, b.1),
+                pin,
+                |(a, b)| {
+                    for i in 0..n {
+                        let tx = if i % 2 == 0 { &a } else { &b };
+                        tx.send(i).expect("the receiver lives");
+                    }
+                },
+                |(a, b)| {
+                    // Once the sender is done, a drained channel is ready too (disconnected),
+                    // as crossbeam-channel's select! says: count the items.
+                    let mut got = 0;
+                    while got < n {
+                        let v = $($select)::+! {
+                            recv(a) -> v => v,
+                            recv(b) -> v => v,
+                        };
+                        if let Ok(v) = v {
+                            std::hint::black_box(v);
+                            got += 1;
+                        }
+                    }
+                },
+            )
+        }
+        ($id, $label, run as TwoThreads)
+    }};
 }
 
 /// Waiting on two channels at once: Spindle's `select!` against crossbeam-channel's.
@@ -963,12 +932,18 @@ fn select_section<'a>(plan: &mut Plan<'a>, pin: Cpus<'a>) {
         )
         .baseline("select-crossbeam"),
     );
-    let variants: [(&str, &str, TwoThreads); 2] = [
-        ("select-spindle", "Spindle mpmc + select!", select_spindle),
-        (
+    let variants = [
+        select_rival!(
+            "select-spindle",
+            "Spindle mpmc + select!",
+            mpmc::channel::<u64>,
+            spindle_sync::select
+        ),
+        select_rival!(
             "select-crossbeam",
             "crossbeam-channel + select!",
-            select_crossbeam,
+            crossbeam_channel::bounded::<u64>,
+            crossbeam_channel::select
         ),
     ];
     for (id, label, run) in variants {

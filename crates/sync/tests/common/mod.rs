@@ -162,3 +162,20 @@ impl PerSender {
         mismatches
     }
 }
+
+/// Each flavour of `mpmc` channel, by its capacity: `Some(0)` rendezvous, `Some(n)` bounded,
+/// `None` unbounded (for [`chan`]).
+pub const FLAVOURS: [Option<usize>; 4] = [Some(0), Some(1), Some(8), None];
+
+/// An `mpmc` channel of the flavour `capacity` names (see [`FLAVOURS`]).
+pub fn chan<T>(
+    capacity: Option<usize>,
+) -> (
+    spindle_sync::mpmc::Sender<T>,
+    spindle_sync::mpmc::Receiver<T>,
+) {
+    match capacity {
+        Some(n) => spindle_sync::mpmc::channel(n),
+        None => spindle_sync::mpmc::unbounded(),
+    }
+}
