@@ -8,7 +8,9 @@
 //! - **a lost wake-up**: every blocking call has a deadline of 5 s, and a timeout counts as a
 //!   stall. Both sides run until they are done, so a healthy run never waits that long for the
 //!   other side — unless a wake-up was lost, or the machine stopped running the process
-//!   (`common::Heartbeat` tells; such a timeout is printed and not counted);
+//!   (`common::Heartbeat` tells), or, on a channel with several threads per side, rivals of
+//!   the waiter's side took every value or slot it was woken for (`common::starved`); those
+//!   two are printed and not counted;
 //! - a `Disconnected` before the last item, or none after it.
 //!
 //! Capacities are small (1 to 1024 slots) so that both sides block often; calls mix blocking,
@@ -49,14 +51,20 @@ struct Tally {
     stalls: AtomicU64,
     /// Timeouts while the process was frozen (see `common::Heartbeat`): reported, not failed.
     excused: AtomicU64,
+    /// Timeouts of a waiter whose side was served meanwhile (see `common::starved`): reported,
+    /// not failed.
+    starved: AtomicU64,
     early_disconnects: AtomicU64,
     received: AtomicU64,
 }
 
 impl Tally {
-    /// A blocking call that started at `t0` waited out its patience.
-    fn stall(&self, heartbeat: &common::Heartbeat, what: &str, t0: Instant) {
-        if heartbeat.excuses(what, t0, PATIENCE) {
+    /// A blocking call that started at `t0` waited out its patience, while other threads of
+    /// its side of the channel completed `served` operations.
+    fn stall(&self, heartbeat: &common::Heartbeat, what: &str, t0: Instant, served: u64) {
+        if common::starved(what, t0, PATIENCE, served) {
+            self.starved.fetch_add(1, Relaxed);
+        } else if heartbeat.excuses(what, t0, PATIENCE) {
             self.excused.fetch_add(1, Relaxed);
         } else {
             self.stalls.fetch_add(1, Relaxed);
@@ -159,7 +167,7 @@ fn spsc_ring_stress_order_no_loss_no_lost_wakeup() {
                             (_, Ok(())) => next += 1,
                             (t0, Err(spsc::PushTimeoutError::Timeout(_))) => {
                                 let what = format!("producer {p} (capacity {cap}) for space");
-                                tally.stall(heartbeat, &what, t0);
+                                tally.stall(heartbeat, &what, t0, 0);
                             }
                             (_, Err(spsc::PushTimeoutError::Disconnected(_))) => {
                                 tally.early_disconnects.fetch_add(1, Relaxed);
@@ -199,7 +207,7 @@ fn spsc_ring_stress_order_no_loss_no_lost_wakeup() {
                             (_, Ok(v)) => check(v, &mut expect),
                             (t0, Err(spsc::PopTimeoutError::Timeout)) => {
                                 let what = format!("consumer {p} (capacity {cap}) for an item");
-                                tally.stall(heartbeat, &what, t0);
+                                tally.stall(heartbeat, &what, t0, 0);
                             }
                             (_, Err(spsc::PopTimeoutError::Disconnected)) => break,
                         },
@@ -235,23 +243,32 @@ fn mpmc_channel_stress_no_loss_no_dup_no_lost_wakeup() {
     // 4 threads per CPU: half senders, half receivers (at least 4 + 4).
     let threads = common::per_cpu(4, 8);
     let (senders, receivers) = (threads / 2, threads - threads / 2);
+    // Three channels: one sender and one receiver on a single slot (blocking all the time;
+    // with no rival on either side, every timeout there is judged by the heartbeat alone, see
+    // `common::starved`), then the other threads split between a tiny channel and a roomier
+    // one. (capacity, senders, receivers):
+    let (tx_rest, rx_rest) = (senders - 1, receivers - 1);
+    let plan = [
+        (1usize, 1usize, 1usize),
+        (2, tx_rest / 2, rx_rest / 2),
+        (256, tx_rest - tx_rest / 2, rx_rest - rx_rest / 2),
+    ];
     let budget = AtomicU64::new(messages());
     let started = Instant::now();
     let tally = Tally::default();
     let heartbeat = common::heartbeat();
+    // Per channel, the sends and the receives completed (see `common::starved`).
+    let served: Vec<[common::Served; 2]> = plan.iter().map(|_| Default::default()).collect();
     let sent: Vec<Digest> = std::thread::scope(|s| {
         let mut handles = Vec::new();
         let mut receiver_handles = Vec::new();
-        // Two channels: a tiny one (blocking all the time) and a roomier one.
-        for (c, cap) in [(0usize, 2usize), (1, 256)] {
+        let mut first_id = 0;
+        for (c, &(cap, n_tx, n_rx)) in plan.iter().enumerate() {
             let (tx, rx) = mpmc::channel::<u64>(cap);
-            let (n_tx, n_rx) = (
-                senders / 2 + c * (senders % 2),
-                receivers / 2 + c * (receivers % 2),
-            );
+            let [sends, receives] = &served[c];
             for i in 0..n_tx {
                 let (tx, tally, budget) = (tx.clone(), &tally, &budget);
-                let id = (c * senders + i) as u64;
+                let id = (first_id + i) as u64;
                 handles.push(s.spawn(move || {
                     let mut rng = Rng(0x1234_5678 ^ (id + 1));
                     let mut d = Digest::default();
@@ -276,6 +293,7 @@ fn mpmc_channel_stress_no_loss_no_dup_no_lost_wakeup() {
                                 }
                             }
                         } else {
+                            let before = sends.now();
                             match (Instant::now(), tx.send_timeout(v, PATIENCE)) {
                                 (_, Ok(())) => true,
                                 (t0, Err(mpmc::SendTimeoutError::Timeout(_))) => {
@@ -283,7 +301,7 @@ fn mpmc_channel_stress_no_loss_no_dup_no_lost_wakeup() {
                                         "sender {id} (capacity {cap}, {} queued)",
                                         tx.len()
                                     );
-                                    tally.stall(heartbeat, &what, t0);
+                                    tally.stall(heartbeat, &what, t0, sends.now() - before);
                                     false
                                 }
                                 (_, Err(mpmc::SendTimeoutError::Disconnected(_))) => {
@@ -293,6 +311,7 @@ fn mpmc_channel_stress_no_loss_no_dup_no_lost_wakeup() {
                             }
                         };
                         if ok {
+                            sends.add();
                             d.add(seq);
                             seq += 1;
                         }
@@ -303,9 +322,9 @@ fn mpmc_channel_stress_no_loss_no_dup_no_lost_wakeup() {
             for r in 0..n_rx {
                 let (rx, tally) = (rx.clone(), &tally);
                 receiver_handles.push(s.spawn(move || {
-                    let mut rng = Rng(0x8765_4321 ^ ((c * receivers + r) as u64 + 1));
-                    let mut last = vec![None::<u64>; 2 * senders];
-                    let mut got = vec![Digest::default(); 2 * senders];
+                    let mut rng = Rng(0x8765_4321 ^ ((first_id + r) as u64 + 1));
+                    let mut last = vec![None::<u64>; senders];
+                    let mut got = vec![Digest::default(); senders];
                     let mut take = |v: u64| {
                         let (id, seq) = ((v >> 48) as usize, v & ((1 << 48) - 1));
                         if last[id].is_some_and(|l| l >= seq) {
@@ -313,6 +332,7 @@ fn mpmc_channel_stress_no_loss_no_dup_no_lost_wakeup() {
                         }
                         last[id] = Some(seq);
                         got[id].add(seq);
+                        receives.add();
                     };
                     loop {
                         if rng.below(4) == 0 {
@@ -322,6 +342,7 @@ fn mpmc_channel_stress_no_loss_no_dup_no_lost_wakeup() {
                                 Err(mpmc::TryRecvError::Disconnected) => break,
                             }
                         } else {
+                            let before = receives.now();
                             match (Instant::now(), rx.recv_timeout(PATIENCE)) {
                                 (_, Ok(v)) => take(v),
                                 (t0, Err(mpmc::RecvTimeoutError::Timeout)) => {
@@ -329,7 +350,7 @@ fn mpmc_channel_stress_no_loss_no_dup_no_lost_wakeup() {
                                         "receiver {r} (capacity {cap}, {} queued)",
                                         rx.len()
                                     );
-                                    tally.stall(heartbeat, &what, t0);
+                                    tally.stall(heartbeat, &what, t0, receives.now() - before);
                                 }
                                 (_, Err(mpmc::RecvTimeoutError::Disconnected)) => break,
                             }
@@ -338,15 +359,16 @@ fn mpmc_channel_stress_no_loss_no_dup_no_lost_wakeup() {
                     got
                 }));
             }
+            first_id += n_tx;
             // The originals go: the channel disconnects when the clones do.
             drop((tx, rx));
         }
-        let mut sent = vec![Digest::default(); 2 * senders];
+        let mut sent = vec![Digest::default(); senders];
         for h in handles {
             let (id, d) = h.join().unwrap();
             sent[id as usize] = d;
         }
-        let mut received = vec![Digest::default(); 2 * senders];
+        let mut received = vec![Digest::default(); senders];
         for h in receiver_handles {
             for (total, d) in received.iter_mut().zip(h.join().unwrap()) {
                 total.merge(d);
@@ -372,9 +394,12 @@ fn mpmc_channel_stress_no_loss_no_dup_no_lost_wakeup() {
     );
     assert_eq!(tally.out_of_order.load(Relaxed), 0, "out of order");
     assert_eq!(tally.stalls.load(Relaxed), 0, "stalls (lost wake-ups)");
-    let excused = tally.excused.load(Relaxed);
-    if excused > 0 {
-        eprintln!("{excused} timeouts while the process was frozen (not counted)");
+    let (excused, starved) = (tally.excused.load(Relaxed), tally.starved.load(Relaxed));
+    if excused + starved > 0 {
+        eprintln!(
+            "{excused} timeouts while the process was frozen, {starved} of starved waiters \
+             (not counted)"
+        );
     }
     assert_eq!(
         tally.early_disconnects.load(Relaxed),

@@ -398,6 +398,8 @@ fn select_stress_each_value_once() {
     let started = Instant::now();
     let (stalls, excused) = (AtomicU64::new(0), AtomicU64::new(0));
     let (sent, got) = (PerSender::new(producers), PerSender::new(producers));
+    // What the consumers received from the producers' channels (see `common::starved`).
+    let receives = common::Served::default();
     let chans: Vec<_> = FLAVOURS.iter().map(|&c| chan::<(usize, u64)>(c)).collect();
     // Consumers forward every fourth value through a select send into one of two channels (a
     // bounded one and a rendezvous), which one thread drains through selects: rendezvous
@@ -441,7 +443,7 @@ fn select_stress_each_value_once() {
             .map(|c| {
                 let receivers = receivers.clone();
                 let (fwd_tx, zfwd_tx) = (fwd_tx.clone(), zfwd_tx.clone());
-                let (got, stalls, excused) = (&got, &stalls, &excused);
+                let (got, stalls, excused, receives) = (&got, &stalls, &excused, &receives);
                 s.spawn(move || {
                     let mut open = receivers.len();
                     let mut done = vec![false; receivers.len()];
@@ -453,7 +455,7 @@ fn select_stress_each_value_once() {
                             .zip(&done)
                             .map(|(r, &d)| (!d).then(|| sel.recv(r)))
                             .collect();
-                        let t0 = Instant::now();
+                        let (t0, before) = (Instant::now(), receives.now());
                         let oper = match rng.below(3) {
                             0 => match sel.try_select() {
                                 Ok(o) => o,
@@ -462,7 +464,10 @@ fn select_stress_each_value_once() {
                             _ => match sel.select_timeout(PATIENCE) {
                                 Ok(o) => o,
                                 Err(_) => {
-                                    if common::heartbeat().excuses("select", t0, PATIENCE) {
+                                    let served = receives.now() - before;
+                                    if common::starved("select", t0, PATIENCE, served)
+                                        || common::heartbeat().excuses("select", t0, PATIENCE)
+                                    {
                                         excused.fetch_add(1, Relaxed);
                                     } else {
                                         stalls.fetch_add(1, Relaxed);
@@ -475,7 +480,11 @@ fn select_stress_each_value_once() {
                             .iter()
                             .position(|&i| i == Some(oper.index()))
                             .expect("a selected index is one added");
-                        match oper.recv(&receivers[k]) {
+                        let v = oper.recv(&receivers[k]);
+                        if v.is_ok() {
+                            receives.add();
+                        }
+                        match v {
                             Ok(v) if v.1 % 4 == 0 => {
                                 // Forward it through a select send.
                                 select! {

@@ -167,6 +167,7 @@ fn unbounded_stress_each_value_once_in_order() {
     let started = Instant::now();
     let (stalls, out_of_order) = (AtomicU64::new(0), AtomicU64::new(0));
     let (sent, got) = (PerSender::new(senders), PerSender::new(senders));
+    let receives = common::Served::default();
     let (tx, rx) = mpmc::unbounded::<Box<(usize, u64)>>();
     std::thread::scope(|s| {
         for id in 0..senders {
@@ -190,6 +191,7 @@ fn unbounded_stress_each_value_once_in_order() {
         drop(tx);
         for r in 0..receivers {
             let (rx, got, stalls, out_of_order) = (rx.clone(), &got, &stalls, &out_of_order);
+            let receives = &receives;
             s.spawn(move || {
                 let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ (r as u64 + 7));
                 let mut last = vec![None::<u64>; senders];
@@ -200,6 +202,7 @@ fn unbounded_stress_each_value_once_in_order() {
                     }
                     last[id] = Some(seq);
                     got.add(id, seq);
+                    receives.add();
                 };
                 loop {
                     match rng.below(4) {
@@ -212,13 +215,16 @@ fn unbounded_stress_each_value_once_in_order() {
                             Ok(v) => take(v),
                             Err(_) => break,
                         },
-                        // (when the call started, its result)
-                        _ => match (Instant::now(), rx.recv_timeout(PATIENCE)) {
-                            (_, Ok(v)) => take(v),
-                            (_, Err(RecvTimeoutError::Disconnected)) => break,
-                            (t0, Err(RecvTimeoutError::Timeout)) => {
+                        // (the receives and the time when the call started, its result)
+                        _ => match (receives.now(), Instant::now(), rx.recv_timeout(PATIENCE)) {
+                            (_, _, Ok(v)) => take(v),
+                            (_, _, Err(RecvTimeoutError::Disconnected)) => break,
+                            (before, t0, Err(RecvTimeoutError::Timeout)) => {
                                 let what = format!("receiver {r}");
-                                if !common::heartbeat().excuses(&what, t0, PATIENCE) {
+                                let served = receives.now() - before;
+                                if !common::starved(&what, t0, PATIENCE, served)
+                                    && !common::heartbeat().excuses(&what, t0, PATIENCE)
+                                {
                                     stalls.fetch_add(1, Relaxed);
                                 }
                             }

@@ -123,6 +123,53 @@ impl Heartbeat {
     }
 }
 
+/// Whether a blocking call of a channel stress test that waited out its patience was
+/// *starved* rather than left asleep: `served` operations of its own side (receives, for a
+/// waiting receiver; sends, for a waiting sender) completed on the channel by other threads
+/// while it waited. Prints the verdict when it excuses the call.
+///
+/// A woken waiter retries and may lose the value (or the room) to a thread that was already
+/// running; under heavy oversubscription it can lose every time for seconds (seen on a 2-vCPU
+/// VM with CPU hogs beside the test: a receiver woken at every scheduler tick for 5 s, its
+/// rival receiver, already running, taking each value first). No channel promises
+/// fairness among its waiters (crossbeam-channel's, std's and ours do not), so that is not a
+/// lost wake-up. A lost wake-up is a waiter left asleep while the operation it waits for is
+/// possible; its side then stops too unless another thread of that side runs — which is why
+/// the stress tests also run channels with one sender and one receiver, where `served` is
+/// always 0 and every timeout is judged by the heartbeat alone.
+pub fn starved(
+    what: &str,
+    from: std::time::Instant,
+    patience: std::time::Duration,
+    served: u64,
+) -> bool {
+    if served == 0 {
+        return false;
+    }
+    eprintln!(
+        "starved: {what} waited {:?} (patience {patience:?}) while its side completed {served} \
+         operations on the channel: woken and beaten to it, not left asleep",
+        from.elapsed()
+    );
+    true
+}
+
+/// Operations completed by one side of one channel, for [`starved`].
+#[derive(Default)]
+pub struct Served(std::sync::atomic::AtomicU64);
+
+impl Served {
+    /// One more operation completed.
+    pub fn add(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Operations completed so far.
+    pub fn now(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// Per sender of a channel stress test: how many values, and the sum of their sequence
 /// numbers — one tally of what was sent, one of what was received.
 pub struct PerSender(Vec<(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64)>);
