@@ -77,6 +77,10 @@
 //! Several waiters share one flag; the operation that clears it wakes them all (an
 //! [`EventCount`] signal wakes every sleeper), and each one that finds nothing to do sets the
 //! flag again before it sleeps. A waiter that times out leaves its flag: one spurious signal.
+//! Waiters are not served in turn (nor are crossbeam-channel's): a woken waiter retries, and a
+//! thread that was already running may take the value or the slot first. Under heavy
+//! oversubscription one waiter can lose that race for seconds while the rest of its side is
+//! served; a caller that needs a bound on its wait gives a deadline.
 //! Selects and async operations wait on the same flags: each side keeps a list of their
 //! contexts (`select.rs`), pushed before the flag is set, and the operation that clears the
 //! flag wakes that list too (one load when it is empty).

@@ -30,9 +30,9 @@ use common::{time_limit, Rng};
 const PATIENCE: Duration = Duration::from_secs(5);
 
 /// The MPMC tests each oversubscribe the CPUs on their own; run side by side (cargo runs a
-/// file's tests in parallel) they would multiply that, and under 6 × or more the channel stress
-/// test sees a receiver wait out its 5 s patience (also with the code before the linearizable
-/// `try_*`, and beside CPU hogs: an open question, noted for issue 20). One at a time.
+/// file's tests in parallel) they would multiply that, and under 6 × or more a waiter of the
+/// channel stress test can lose every race for its whole patience (`common::starved`). One at
+/// a time.
 fn mpmc_alone() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
