@@ -268,8 +268,10 @@ pub mod raw {
         }
     }
 
-    /// `x > u32::MAX`: ten digits or more.
-    #[inline(always)]
+    /// `x > u32::MAX`: ten digits or more. Not inlined: inlined, its code made the callers'
+    /// loops slower for the values that fit 32 bits as well (lab `itoa` on Zen 4, the `u64`
+    /// section's small distributions), and a call costs these longer numbers little.
+    #[inline(never)]
     pub(crate) fn u64_large_into(out: &mut [Out; U64_LEN], x: u64) -> usize {
         let hi = x / 100_000_000;
         let low = bcd8((x - hi * 100_000_000) as u32);
