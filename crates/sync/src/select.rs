@@ -74,7 +74,9 @@
 //! returns a hint.
 //!
 //! **Fairness.** Each try phase starts at a random operation (crossbeam-channel shuffles), so
-//! a busy first operation cannot starve the others.
+//! a busy first operation cannot starve the others. A *biased* selection
+//! ([`Select::new_biased`], `select_biased!`) starts at the first operation added instead: it
+//! takes the first ready one in the order added, and may starve the later ones.
 
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
@@ -465,6 +467,8 @@ impl<'a> Ops<'a> {
 pub struct Select<'a> {
     ops: Ops<'a>,
     next_index: usize,
+    /// Tries operations in the order added (see [`Select::new_biased`]).
+    biased: bool,
 }
 
 /// An operation [`Select`] chose and claimed; complete it with [`send`](Self::send) or
@@ -558,11 +562,47 @@ impl std::fmt::Debug for SelectedOperation<'_> {
 }
 
 impl<'a> Select<'a> {
-    /// An empty selection.
+    /// An empty selection. Each attempt starts at a random operation, so that a busy one cannot
+    /// starve the others.
     pub fn new() -> Select<'a> {
         Select {
             ops: Ops::new(),
             next_index: 0,
+            biased: false,
+        }
+    }
+
+    /// An empty selection that tries its operations in the order they were added, as
+    /// crossbeam-channel's `Select::new_biased`: of several ready operations the first added
+    /// wins, every time (a busy early one can starve the later ones).
+    ///
+    /// ```
+    /// use spindle_sync::mpmc::{channel, Select};
+    ///
+    /// let (tx1, rx1) = channel::<u32>(4);
+    /// let (tx2, rx2) = channel::<u32>(4);
+    /// tx1.send(1).unwrap();
+    /// tx2.send(2).unwrap();
+    /// let mut sel = Select::new_biased();
+    /// let first = sel.recv(&rx1);
+    /// sel.recv(&rx2);
+    /// let oper = sel.select();
+    /// assert_eq!(oper.index(), first); // both are ready: the first added is chosen
+    /// assert_eq!(oper.recv(&rx1), Ok(1));
+    /// ```
+    pub fn new_biased() -> Select<'a> {
+        Select {
+            biased: true,
+            ..Select::new()
+        }
+    }
+
+    /// Where an attempt starts among `n` operations.
+    fn start(&self, n: usize) -> usize {
+        if self.biased {
+            0
+        } else {
+            random_below(n)
         }
     }
 
@@ -644,7 +684,7 @@ impl<'a> Select<'a> {
             .ok_or(ReadyTimeoutError)
     }
 
-    /// The first ready operation's index, from a random one on.
+    /// The first ready operation's index, from the one at `start` on.
     fn first_ready(&self, start: usize) -> Option<usize> {
         let n = self.ops.len();
         (start..n)
@@ -664,7 +704,7 @@ impl<'a> Select<'a> {
             }
             return None;
         }
-        let start = random_below(n);
+        let start = self.start(n);
         loop {
             if let Some(index) = self.first_ready(start) {
                 return Some(index);
@@ -716,7 +756,7 @@ impl<'a> Select<'a> {
                 }
             };
         }
-        let start = random_below(n);
+        let start = self.start(n);
         let mut pauses = 0;
         let mut nap = IN_FLIGHT_FIRST_NAP;
         loop {
@@ -889,7 +929,31 @@ macro_rules! select {
     };
 }
 
-/// The parser and generator behind [`select!`]: not an interface.
+/// [`select!`](crate::select!) that tries its operations in the order of its arms, as crossbeam-channel's
+/// `select_biased!` (a [`Select::new_biased`](crate::mpmc::Select::new_biased)): of several
+/// ready operations the first arm's wins, every time; a busy early arm can starve later ones.
+///
+/// ```
+/// use spindle_sync::{mpmc, select_biased};
+///
+/// let (urgent_tx, urgent) = mpmc::channel::<&str>(4);
+/// let (normal_tx, normal) = mpmc::channel::<&str>(4);
+/// normal_tx.send("later").unwrap();
+/// urgent_tx.send("now").unwrap();
+/// let got = select_biased! {
+///     recv(urgent) -> v => v.unwrap(),
+///     recv(normal) -> v => v.unwrap(),
+/// };
+/// assert_eq!(got, "now");
+/// ```
+#[macro_export]
+macro_rules! select_biased {
+    ($($arms:tt)*) => {
+        $crate::__spindle_select!(@parse [biased] [] $($arms)*)
+    };
+}
+
+/// The parser and generator behind [`select!`] and [`select_biased!`]: not an interface.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __spindle_select {
@@ -956,7 +1020,12 @@ macro_rules! __spindle_select {
         )
     };
 
-    // Binding: each channel is borrowed once, and added to the selection.
+    // Binding: each channel is borrowed once, and added to the selection (biased: `ops`
+    // begins with the word `biased`, from `select_biased!`).
+    (@start [biased $($ops:tt)*] $def:tt) => {{
+        let mut __select = $crate::mpmc::Select::new_biased();
+        $crate::__spindle_select!(@bind __select [$($ops)*] [] $def)
+    }};
     (@start [$($ops:tt)*] $def:tt) => {{
         let mut __select = $crate::mpmc::Select::new();
         $crate::__spindle_select!(@bind __select [$($ops)*] [] $def)

@@ -12,7 +12,7 @@ use spindle_sync::mpmc::{
     self, ReadyTimeoutError, RecvError, Select, SendError, TryReadyError, TryRecvError,
     TrySelectError,
 };
-use spindle_sync::select;
+use spindle_sync::{select, select_biased};
 
 mod common;
 use common::{chan, per_cpu, time_limit, PerSender, Rng, FLAVOURS};
@@ -319,6 +319,72 @@ fn ready_operations_are_chosen_fairly() {
         }
     }
     assert!(counts.iter().all(|&c| c > 300), "{counts:?}");
+}
+
+/// A biased selection (`Select::new_biased`, `select_biased!`) takes the first ready
+/// operation in the order added, every time, over every flavour: in `select`, `try_select`
+/// and `ready`; and a later one when the earlier ones are not ready.
+#[test]
+fn biased_selections_take_the_first_ready_in_order() {
+    for cap in FLAVOURS {
+        // A rendezvous is ready only with a partner blocked on the other side: give each a
+        // sender that waits (here, bounded and unbounded ones are filled directly).
+        let (tx1, rx1) = chan::<u32>(cap);
+        let (tx2, rx2) = chan::<u32>(cap);
+        std::thread::scope(|s| {
+            for _ in 0..100 {
+                let senders = [(&tx1, 1), (&tx2, 2)].map(|(tx, v)| {
+                    if cap == Some(0) {
+                        Some(s.spawn(move || tx.send(v).unwrap()))
+                    } else {
+                        tx.send(v).unwrap();
+                        None
+                    }
+                });
+                if cap == Some(0) {
+                    // Until both partners are queued, and each receiver is ready.
+                    let ready = |rx: &mpmc::Receiver<u32>| {
+                        let mut sel = Select::new();
+                        sel.recv(rx);
+                        sel.try_ready().is_ok()
+                    };
+                    while !(ready(&rx1) && ready(&rx2)) {
+                        std::thread::yield_now();
+                    }
+                }
+                let mut sel = Select::new_biased();
+                sel.recv(&rx1);
+                sel.recv(&rx2);
+                assert_eq!(sel.ready(), 0, "{cap:?}");
+                let oper = sel.select();
+                assert_eq!(oper.index(), 0, "{cap:?}");
+                assert_eq!(oper.recv(&rx1), Ok(1));
+                // Only the second is ready now.
+                let got = select_biased! {
+                    recv(rx1) -> v => (1, v),
+                    recv(rx2) -> v => (2, v),
+                };
+                assert_eq!(got, (2, Ok(2)), "{cap:?}");
+                for h in senders.into_iter().flatten() {
+                    h.join().unwrap();
+                }
+            }
+        });
+        // Both ready again: the macro's first arm wins every time.
+        if cap != Some(0) {
+            for _ in 0..100 {
+                tx1.send(1).unwrap();
+                tx2.send(2).unwrap();
+                let first = select_biased! {
+                    recv(rx1) -> v => v == Ok(1),
+                    recv(rx2) -> _ => false,
+                    default => panic!("both are ready"),
+                };
+                assert!(first, "{cap:?}");
+                assert_eq!(rx2.try_recv(), Ok(2));
+            }
+        }
+    }
 }
 
 #[test]
