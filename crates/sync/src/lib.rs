@@ -103,4 +103,4 @@ pub mod spsc;
 pub mod time;
 
 pub use eventcount::{EventCount, SpEventCount};
-pub use time::Deadline;
+pub use time::{Deadline, IntoDeadline};

@@ -126,7 +126,7 @@ use crate::select::{Attempt, Ctx, Handle, Observers, Token};
 pub use crate::select::{
     ReadyTimeoutError, Select, SelectTimeoutError, SelectedOperation, TryReadyError, TrySelectError,
 };
-use crate::time::Deadline;
+use crate::time::{Deadline, IntoDeadline};
 
 crate::channel::errors! {
     put: TrySendError, SendTimeoutError, SendError, "send";
@@ -953,13 +953,15 @@ impl<T> Sender<T> {
         self.flavor.send(value, Some(Deadline::after(timeout)))
     }
 
-    /// Send, blocking while the channel is full until `deadline` (`None`: no deadline).
+    /// Send, blocking while the channel is full until `deadline`: a [`Deadline`], an
+    /// [`Instant`](std::time::Instant) as crossbeam-channel takes, or `None` for no deadline
+    /// (see [`IntoDeadline`]).
     pub fn send_deadline(
         &self,
         value: T,
-        deadline: Option<Deadline>,
+        deadline: impl IntoDeadline,
     ) -> Result<(), SendTimeoutError<T>> {
-        self.flavor.send(value, deadline)
+        self.flavor.send(value, deadline.into_deadline())
     }
 
     /// The number of slots, as crossbeam-channel says: `Some` for a bounded channel (`Some(0)`
@@ -1030,9 +1032,11 @@ impl<T> Receiver<T> {
         self.flavor.recv(Some(Deadline::after(timeout)))
     }
 
-    /// Receive, blocking while the channel is empty until `deadline` (`None`: no deadline).
-    pub fn recv_deadline(&self, deadline: Option<Deadline>) -> Result<T, RecvTimeoutError> {
-        self.flavor.recv(deadline)
+    /// Receive, blocking while the channel is empty until `deadline`: a [`Deadline`], an
+    /// [`Instant`](std::time::Instant) as crossbeam-channel takes, or `None` for no deadline
+    /// (see [`IntoDeadline`]).
+    pub fn recv_deadline(&self, deadline: impl IntoDeadline) -> Result<T, RecvTimeoutError> {
+        self.flavor.recv(deadline.into_deadline())
     }
 
     /// A blocking iterator that ends when every sender is gone and the channel is empty (also

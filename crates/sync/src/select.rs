@@ -86,7 +86,7 @@ use std::time::Duration;
 use crate::eventcount::EventCount;
 use crate::lock::SpindleLock;
 use crate::primitives::{yield_now, Arc, AtomicUsize, Ordering::*};
-use crate::time::Deadline;
+use crate::time::{Deadline, IntoDeadline};
 
 /// `Ctx::selected` before anything is selected.
 const WAITING: usize = usize::MAX;
@@ -650,12 +650,14 @@ impl<'a> Select<'a> {
         self.select_deadline(Deadline::after(timeout))
     }
 
-    /// [`select`](Self::select), until `deadline`.
+    /// [`select`](Self::select), until `deadline`: a [`Deadline`] or an
+    /// [`Instant`](std::time::Instant) as crossbeam-channel takes (`None`: no deadline; see
+    /// [`IntoDeadline`]).
     pub fn select_deadline(
         &mut self,
-        deadline: Deadline,
+        deadline: impl IntoDeadline,
     ) -> Result<SelectedOperation<'a>, SelectTimeoutError> {
-        self.run(Patience::Until(Some(deadline)))
+        self.run(Patience::Until(deadline.into_deadline()))
             .ok_or(SelectTimeoutError)
     }
 
@@ -678,9 +680,13 @@ impl<'a> Select<'a> {
         self.ready_deadline(Deadline::after(timeout))
     }
 
-    /// [`ready`](Self::ready), until `deadline`.
-    pub fn ready_deadline(&mut self, deadline: Deadline) -> Result<usize, ReadyTimeoutError> {
-        self.run_ready(Patience::Until(Some(deadline)))
+    /// [`ready`](Self::ready), until `deadline` (a [`Deadline`] or an
+    /// [`Instant`](std::time::Instant); `None`: no deadline; see [`IntoDeadline`]).
+    pub fn ready_deadline(
+        &mut self,
+        deadline: impl IntoDeadline,
+    ) -> Result<usize, ReadyTimeoutError> {
+        self.run_ready(Patience::Until(deadline.into_deadline()))
             .ok_or(ReadyTimeoutError)
     }
 

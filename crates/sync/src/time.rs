@@ -69,6 +69,51 @@ impl Deadline {
     }
 }
 
+/// A `std` [`Instant`](std::time::Instant) as a deadline: the same point on the same clock
+/// (`Instant` is `CLOCK_MONOTONIC` on Linux), found from the time left until it; an instant in
+/// the past is now.
+impl From<std::time::Instant> for Deadline {
+    fn from(at: std::time::Instant) -> Deadline {
+        match at.checked_duration_since(std::time::Instant::now()) {
+            Some(left) => Deadline::after(left),
+            None => Deadline::now(),
+        }
+    }
+}
+
+/// What the channels' `*_deadline` methods take: a [`Deadline`], a `std`
+/// [`Instant`](std::time::Instant) (as crossbeam-channel's take), or an `Option<Deadline>`
+/// (`None`: no deadline).
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// let (_tx, rx) = spindle_sync::mpmc::channel::<u32>(1);
+/// assert!(rx.recv_deadline(Instant::now() + Duration::from_millis(1)).is_err());
+/// assert!(rx.recv_deadline(spindle_sync::Deadline::now()).is_err());
+/// ```
+pub trait IntoDeadline {
+    /// The deadline, `None` for none.
+    fn into_deadline(self) -> Option<Deadline>;
+}
+
+impl IntoDeadline for Deadline {
+    fn into_deadline(self) -> Option<Deadline> {
+        Some(self)
+    }
+}
+
+impl IntoDeadline for Option<Deadline> {
+    fn into_deadline(self) -> Option<Deadline> {
+        self
+    }
+}
+
+impl IntoDeadline for std::time::Instant {
+    fn into_deadline(self) -> Option<Deadline> {
+        Some(self.into())
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;

@@ -387,6 +387,42 @@ fn biased_selections_take_the_first_ready_in_order() {
     }
 }
 
+/// The `*_deadline` methods take a `std::time::Instant`, as crossbeam-channel's do, as well
+/// as a `Deadline` or `None`: a passed instant times out at once, a later one waits, and a
+/// value or room already there is taken whatever the deadline.
+#[test]
+fn deadlines_take_instants_as_crossbeams_do() {
+    for cap in FLAVOURS {
+        let (tx, rx) = chan::<u32>(cap);
+        let past = Instant::now();
+        assert_eq!(rx.recv_deadline(past), Err(mpmc::RecvTimeoutError::Timeout));
+        let t0 = Instant::now();
+        let soon = t0 + Duration::from_millis(20);
+        assert_eq!(rx.recv_deadline(soon), Err(mpmc::RecvTimeoutError::Timeout));
+        assert!(
+            t0.elapsed() >= Duration::from_millis(20),
+            "{cap:?}: woke early"
+        );
+        let mut sel = Select::new();
+        sel.recv(&rx);
+        assert!(sel.select_deadline(past).is_err());
+        assert_eq!(sel.ready_deadline(past), Err(ReadyTimeoutError));
+        if cap != Some(0) {
+            tx.send_deadline(7, past).unwrap();
+            assert_eq!(sel.ready_deadline(past), Ok(0));
+            assert_eq!(rx.recv_deadline(past), Ok(7));
+            tx.send_deadline(8, None).unwrap();
+            assert_eq!(rx.recv_deadline(spindle_sync::Deadline::now()), Ok(8));
+        } else {
+            // A rendezvous send waits for a receiver: one comes before the deadline.
+            std::thread::scope(|s| {
+                s.spawn(|| assert_eq!(rx.recv_deadline(Instant::now() + PATIENCE), Ok(9)));
+                tx.send_deadline(9, Instant::now() + PATIENCE).unwrap();
+            });
+        }
+    }
+}
+
 #[test]
 #[should_panic(expected = "another channel")]
 fn completing_on_another_channel_panics() {
