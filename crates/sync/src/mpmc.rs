@@ -234,6 +234,35 @@ pub fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
     )
 }
 
+/// A receiver that never receives and is never disconnected, as crossbeam-channel's
+/// `never()`: for a [`select!`](crate::select!) arm that is sometimes absent.
+///
+/// ```
+/// use spindle_sync::{mpmc, select};
+/// use std::time::Duration;
+///
+/// let (tx, rx) = mpmc::channel::<u32>(1);
+/// let optional: Option<mpmc::Receiver<u32>> = None;
+/// let never = mpmc::never();
+/// tx.send(3).unwrap();
+/// let got = select! {
+///     recv(rx) -> v => v.unwrap(),
+///     recv(optional.as_ref().unwrap_or(&never)) -> _ => unreachable!(),
+///     default(Duration::from_secs(1)) => 0,
+/// };
+/// assert_eq!(got, 3);
+/// ```
+pub fn never<T>() -> Receiver<T> {
+    // A rendezvous whose one sender is counted but never exists: nothing is ever sent, and
+    // the count never reaches zero, so the channel never disconnects. The sender handle goes
+    // without its drop (which would count it gone); its share of the channel is released.
+    let (tx, rx) = channel::<T>(0);
+    let tx = std::mem::ManuallyDrop::new(tx);
+    // SAFETY: `tx` is never used or dropped again; this moves its flavour (an `Arc`) out once.
+    drop(unsafe { std::ptr::read(&tx.flavor) });
+    rx
+}
+
 struct Slot<T> {
     stamp: AtomicU64,
     value: UnsafeCell<MaybeUninit<T>>,

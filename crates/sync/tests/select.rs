@@ -423,6 +423,35 @@ fn deadlines_take_instants_as_crossbeams_do() {
     }
 }
 
+/// `never()`: never ready, never disconnected, in every form of receive and select.
+#[test]
+fn never_receives_and_never_disconnects() {
+    let never = mpmc::never::<u32>();
+    assert_eq!(never.try_recv(), Err(TryRecvError::Empty));
+    assert_eq!(
+        never.recv_timeout(Duration::from_millis(5)),
+        Err(mpmc::RecvTimeoutError::Timeout)
+    );
+    assert!(!never.is_disconnected());
+    assert_eq!((never.len(), never.capacity()), (0, Some(0)));
+    let (tx, rx) = mpmc::channel::<u32>(1);
+    tx.send(1).unwrap();
+    let got = select! {
+        recv(never) -> _ => 0,
+        recv(rx) -> v => v.unwrap(),
+    };
+    assert_eq!(got, 1);
+    let mut sel = Select::new();
+    sel.recv(&never);
+    assert!(sel.try_select().is_err());
+    assert!(sel.select_timeout(Duration::from_millis(5)).is_err());
+    assert_eq!(sel.try_ready(), Err(TryReadyError));
+    // Clones and drops change nothing.
+    let other = never.clone();
+    drop(never);
+    assert_eq!(other.try_recv(), Err(TryRecvError::Empty));
+}
+
 #[test]
 #[should_panic(expected = "another channel")]
 fn completing_on_another_channel_panics() {
