@@ -253,13 +253,12 @@ pub fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
 /// assert_eq!(got, 3);
 /// ```
 pub fn never<T>() -> Receiver<T> {
-    // A rendezvous whose one sender is counted but never exists: nothing is ever sent, and
-    // the count never reaches zero, so the channel never disconnects. The sender handle goes
-    // without its drop (which would count it gone); its share of the channel is released.
+    // A rendezvous with one sender counted that does not exist: nothing is ever sent, and
+    // the count never reaches zero, so the channel never disconnects. (The count goes up by
+    // one before the only real sender goes, which takes it back down to that one.)
     let (tx, rx) = channel::<T>(0);
-    let tx = std::mem::ManuallyDrop::new(tx);
-    // SAFETY: `tx` is never used or dropped again; this moves its flavour (an `Arc`) out once.
-    drop(unsafe { std::ptr::read(&tx.flavor) });
+    tx.flavor.counts().0.fetch_add(1, Relaxed);
+    drop(tx);
     rx
 }
 

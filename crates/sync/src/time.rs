@@ -69,9 +69,9 @@ impl Deadline {
     }
 }
 
-/// A `std` [`Instant`](std::time::Instant) as a deadline: the same point on the same clock
-/// (`Instant` is `CLOCK_MONOTONIC` on Linux), found from the time left until it; an instant in
-/// the past is now.
+/// A `std` [`Instant`](std::time::Instant) as a deadline on the same clock (`Instant` is
+/// `CLOCK_MONOTONIC` on Linux), found from the time left until it: never earlier than the
+/// instant, later by the nanoseconds between two clock reads; an instant in the past is now.
 impl From<std::time::Instant> for Deadline {
     fn from(at: std::time::Instant) -> Deadline {
         match at.checked_duration_since(std::time::Instant::now()) {

@@ -8,9 +8,10 @@
 //! - **a lost wake-up**: every blocking call has a deadline of 5 s, and a timeout counts as a
 //!   stall. Both sides run until they are done, so a healthy run never waits that long for the
 //!   other side — unless a wake-up was lost, or the machine stopped running the process
-//!   (`common::Heartbeat` tells), or, on a channel with several threads per side, rivals of
-//!   the waiter's side took every value or slot it was woken for (`common::starved`); those
-//!   two are printed and not counted;
+//!   (`common::Heartbeat` tells), or, on a channel with several threads per side, the
+//!   waiter's side made progress meanwhile (`common::starved`: a starved waiter, or one left
+//!   asleep while its rivals work, which the channel of one sender and one receiver catches);
+//!   those two are printed and not counted;
 //! - a `Disconnected` before the last item, or none after it.
 //!
 //! Capacities are small (1 to 1024 slots) so that both sides block often; calls mix blocking,

@@ -2,8 +2,10 @@
 //! crossbeam-channel's documentation, over every flavour (bounded, rendezvous, unbounded), and
 //! a stress test under oversubscription (4 threads per CPU) that counts what must never
 //! happen: a value lost or duplicated, a select completing two operations, and a stall (every
-//! select has a 5 s patience, excused only if `common::Heartbeat` saw the process frozen). No
-//! timing is asserted.
+//! select has a 5 s patience, excused only if `common::Heartbeat` saw the process frozen or
+//! other consumers received meanwhile, see `common::starved`; a select alone on its side is
+//! checked by the tests of a blocked select being woken, and by the loom models). No timing is
+//! asserted.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
 use std::time::{Duration, Instant};

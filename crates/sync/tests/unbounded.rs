@@ -151,9 +151,11 @@ fn try_recv_after_a_completed_send_finds_a_value() {
 }
 
 /// 4 threads per CPU, half senders (each sends its sequence 0, 1, 2, … tagged with its id),
-/// half receivers mixing `recv`, `recv_timeout` and `try_recv`. Per sender, each receiver sees
-/// increasing sequence numbers, and the counts and sums received equal what was sent; every
-/// boxed value is dropped once.
+/// half receivers mixing `recv`, `recv_timeout` and `try_recv`, on one channel; and one more
+/// sender and receiver on a channel of their own, where a timeout cannot be excused by a
+/// rival's progress (`common::starved`). Per sender, each receiver sees increasing sequence
+/// numbers, and the counts and sums received equal what was sent; every boxed value is
+/// dropped once.
 #[test]
 fn unbounded_stress_each_value_once_in_order() {
     common::heartbeat();
@@ -166,79 +168,93 @@ fn unbounded_stress_each_value_once_in_order() {
     };
     let started = Instant::now();
     let (stalls, out_of_order) = (AtomicU64::new(0), AtomicU64::new(0));
-    let (sent, got) = (PerSender::new(senders), PerSender::new(senders));
-    let receives = common::Served::default();
-    let (tx, rx) = mpmc::unbounded::<Box<(usize, u64)>>();
+    // Senders 0..senders on the shared channel, sender `senders` on the pair's.
+    let (sent, got) = (PerSender::new(senders + 1), PerSender::new(senders + 1));
+    // (channel, its first sender id, senders, receivers, the receives completed on it)
+    let plan = [
+        (
+            mpmc::unbounded::<Box<(usize, u64)>>(),
+            0,
+            senders,
+            receivers,
+        ),
+        (mpmc::unbounded(), senders, 1, 1),
+    ];
+    let served: Vec<common::Served> = plan.iter().map(|_| Default::default()).collect();
     std::thread::scope(|s| {
-        for id in 0..senders {
-            let (tx, sent) = (tx.clone(), &sent);
-            s.spawn(move || {
-                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (id as u64 + 1));
-                let mut seq = 0;
-                while seq < per_sender && started.elapsed() < time_limit() {
-                    // Bursts, so that receivers both find values and run dry.
-                    for _ in 0..(1 + rng.below(64)).min(per_sender - seq) {
-                        tx.send(Box::new((id, seq))).unwrap();
-                        sent.add(id, seq);
-                        seq += 1;
+        for (((tx, rx), first, n_tx, n_rx), receives) in plan.into_iter().zip(&served) {
+            for id in first..first + n_tx {
+                let (tx, sent) = (tx.clone(), &sent);
+                s.spawn(move || {
+                    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (id as u64 + 1));
+                    let mut seq = 0;
+                    while seq < per_sender && started.elapsed() < time_limit() {
+                        // Bursts, so that receivers both find values and run dry.
+                        for _ in 0..(1 + rng.below(64)).min(per_sender - seq) {
+                            tx.send(Box::new((id, seq))).unwrap();
+                            sent.add(id, seq);
+                            seq += 1;
+                        }
+                        if rng.below(8) == 0 {
+                            std::thread::yield_now();
+                        }
                     }
-                    if rng.below(8) == 0 {
-                        std::thread::yield_now();
-                    }
-                }
-            });
-        }
-        drop(tx);
-        for r in 0..receivers {
-            let (rx, got, stalls, out_of_order) = (rx.clone(), &got, &stalls, &out_of_order);
-            let receives = &receives;
-            s.spawn(move || {
-                let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ (r as u64 + 7));
-                let mut last = vec![None::<u64>; senders];
-                let mut take = |v: Box<(usize, u64)>| {
-                    let (id, seq) = *v;
-                    if last[id].is_some_and(|l| l >= seq) {
-                        out_of_order.fetch_add(1, Relaxed);
-                    }
-                    last[id] = Some(seq);
-                    got.add(id, seq);
-                    receives.add();
-                };
-                loop {
-                    match rng.below(4) {
-                        0 => match rx.try_recv() {
-                            Ok(v) => take(v),
-                            Err(TryRecvError::Empty) => std::hint::spin_loop(),
-                            Err(TryRecvError::Disconnected) => break,
-                        },
-                        1 => match rx.recv() {
-                            Ok(v) => take(v),
-                            Err(_) => break,
-                        },
-                        // (the receives and the time when the call started, its result)
-                        _ => match (receives.now(), Instant::now(), rx.recv_timeout(PATIENCE)) {
-                            (_, _, Ok(v)) => take(v),
-                            (_, _, Err(RecvTimeoutError::Disconnected)) => break,
-                            (before, t0, Err(RecvTimeoutError::Timeout)) => {
-                                let what = format!("receiver {r}");
-                                let served = receives.now() - before;
-                                if !common::starved(&what, t0, PATIENCE, served)
-                                    && !common::heartbeat().excuses(&what, t0, PATIENCE)
-                                {
-                                    stalls.fetch_add(1, Relaxed);
+                });
+            }
+            drop(tx);
+            for r in 0..n_rx {
+                let (rx, got, stalls, out_of_order) = (rx.clone(), &got, &stalls, &out_of_order);
+                s.spawn(move || {
+                    let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ ((first + r) as u64 + 7));
+                    let mut last = vec![None::<u64>; senders + 1];
+                    let mut take = |v: Box<(usize, u64)>| {
+                        let (id, seq) = *v;
+                        if last[id].is_some_and(|l| l >= seq) {
+                            out_of_order.fetch_add(1, Relaxed);
+                        }
+                        last[id] = Some(seq);
+                        got.add(id, seq);
+                        receives.add();
+                    };
+                    loop {
+                        match rng.below(4) {
+                            0 => match rx.try_recv() {
+                                Ok(v) => take(v),
+                                Err(TryRecvError::Empty) => std::hint::spin_loop(),
+                                Err(TryRecvError::Disconnected) => break,
+                            },
+                            1 => match rx.recv() {
+                                Ok(v) => take(v),
+                                Err(_) => break,
+                            },
+                            // (the receives and the time when the call started, its result)
+                            _ => {
+                                match (receives.now(), Instant::now(), rx.recv_timeout(PATIENCE)) {
+                                    (_, _, Ok(v)) => take(v),
+                                    (_, _, Err(RecvTimeoutError::Disconnected)) => break,
+                                    (before, t0, Err(RecvTimeoutError::Timeout)) => {
+                                        let what =
+                                            format!("receiver {} of sender {first}'s channel", r);
+                                        let served = receives.now() - before;
+                                        if !common::starved(&what, t0, PATIENCE, served)
+                                            && !common::heartbeat().excuses(&what, t0, PATIENCE)
+                                        {
+                                            stalls.fetch_add(1, Relaxed);
+                                        }
+                                    }
                                 }
                             }
-                        },
+                        }
                     }
-                }
-            });
+                });
+            }
+            drop(rx);
         }
-        drop(rx);
     });
     let mismatches = sent.mismatches(&got);
     let total = sent.total();
     eprintln!(
-        "unbounded stress: {senders} senders, {receivers} receivers, {total} values in {:.1} s",
+        "unbounded stress: {senders} + 1 senders, {receivers} + 1 receivers, {total} values in {:.1} s",
         started.elapsed().as_secs_f64()
     );
     assert_eq!(mismatches, 0, "values lost or duplicated");
