@@ -123,9 +123,10 @@
 //! 16th wait so that a producer grown prompt again is noticed; one answered spin makes them
 //! full again, and so does a wait answered within 250 µs of its spin (`SP_PROMPT`: otherwise
 //! two threads handing off to each other, both asleep after a hiccup, would each find its
-//! partner asleep even during a full spin, and sleep through every hand-off for good). A new event count's first wait spins in full and decides alone: answered, the
-//! spins stay full; not, they turn short at once. The lab's `rings` experiment measures both sides of the trade: the idle
-//! consumer's CPU time, and ping-pong on two CPUs and on one.
+//! partner asleep even during a full spin, and sleep through every hand-off for good). A new
+//! event count's first wait spins in full and decides alone: answered, the spins stay full;
+//! not, they turn short at once. The lab's `rings` experiment measures both sides of the
+//! trade: the idle consumer's CPU time, and ping-pong on two CPUs and on one.
 //!
 //! **Why no wake-up is lost or late.** The producer's store to `V` and its load of `S` form
 //! the store-buffering pattern: x86-TSO lets the load complete while the store still sits in
@@ -249,9 +250,9 @@ const SP_SPIN_PROBE: u32 = 16;
 /// each other could both lose trust during a hiccup (a preempted vCPU) and then stay asleep
 /// for good: each one's partner is asleep too, so even a full probe spin (a few µs) ends
 /// before the partner's futex wake-up and context switch answer it (the lab's `rings` wake
-/// section measures that floor on each machine), and every hand-off pays a wake-up. A producer that signals rarely — the case
-/// short spins are for — keeps its waiter asleep for far longer (the lab's idle consumer:
-/// 1 ms).
+/// section measures that floor on each machine), and every hand-off pays a wake-up. A
+/// producer that signals rarely — the case short spins are for — keeps its waiter asleep for
+/// far longer (the lab's idle consumer: 1 ms).
 const SP_PROMPT: std::time::Duration = std::time::Duration::from_micros(250);
 
 /// How long a single-producer waiter watches the version after announcing itself, for a

@@ -935,9 +935,10 @@ macro_rules! select {
     };
 }
 
-/// [`select!`](crate::select!) that tries its operations in the order of its arms, as crossbeam-channel's
-/// `select_biased!` (a [`Select::new_biased`](crate::mpmc::Select::new_biased)): of several
-/// ready operations the first arm's wins, every time; a busy early arm can starve later ones.
+/// [`select!`](crate::select!) that tries its operations in the order of its arms, as
+/// crossbeam-channel's `select_biased!` (a
+/// [`Select::new_biased`](crate::mpmc::Select::new_biased)): of several ready operations the
+/// first arm's wins, every time; a busy early arm can starve later ones.
 ///
 /// ```
 /// use spindle_sync::{mpmc, select_biased};

@@ -170,7 +170,7 @@ fn unbounded_stress_each_value_once_in_order() {
     let (stalls, out_of_order) = (AtomicU64::new(0), AtomicU64::new(0));
     // Senders 0..senders on the shared channel, sender `senders` on the pair's.
     let (sent, got) = (PerSender::new(senders + 1), PerSender::new(senders + 1));
-    // (channel, its first sender id, senders, receivers, the receives completed on it)
+    // (channel, its first sender id, senders, receivers); `served`: the receives on each.
     let plan = [
         (
             mpmc::unbounded::<Box<(usize, u64)>>(),

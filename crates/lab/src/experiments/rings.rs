@@ -885,8 +885,9 @@ fn unbounded_section<'a>(plan: &mut Plan<'a>, pin: Cpus<'a>) {
 }
 
 /// One entry of the `select` section: its variant id, label, and the run — `n` 8-byte items,
-/// sent alternately into two bounded channels (`$bounded(capacity)`) by one thread and received by another
-/// through the `select!` macro `$select` over both: what waiting on two channels at once costs.
+/// sent alternately into two bounded channels (`$bounded(capacity)`) by one thread and
+/// received by another through the `select!` macro `$select` over both: what waiting on two
+/// channels at once costs.
 macro_rules! select_rival {
     ($id:literal, $label:literal, $bounded:path, $($select:ident)::+) => {{
         fn run(n: u64, pin: Cpus) -> Span {
