@@ -81,27 +81,36 @@
 //! With one producer the version needs no atomic read-modify-write, and the sleepers flag
 //! need not share its word. [`SpEventCount`] keeps two words on two cache lines: the version
 //! `V` (a `u64` only the producer writes, with plain stores of a value it keeps in a register)
-//! and the sleepers word `S` (a `u32`): bit 0 is the flag, set by waiters; bits 1..32 count
-//! the producer's clears, so a waiter can tell that its announcement was taken even if another
-//! waiter has set the flag again since.
+//! and the sleepers word `S` (a `u32`): bit 0 is the flag F, set by waiters; bit 1 (M) a
+//! waiter's request for fenced signals and bit 2 (A) the producer's acknowledgement of it
+//! (fact 4 below); bits 3..32 count the producer's clears, so a waiter can tell that its
+//! announcement was taken even if another waiter has set the flag again since.
 //!
 //! Signal (`add(d)`), with `local` the producer's own copy of the version:
 //! ```text
 //! local += d; store(V, local)          // mov: a release store on x86-TSO
-//! if load(S) & 1:                      // mov + predictable branch
-//!     fetch_add(S, 1); futex_wake(S, all)   // clears the flag, bumps the clear count
+//! s = load(S)                          // mov
+//! if s & (F|M):                        // predictable branch
+//!     if s & M:                        // fenced signals were asked for
+//!         mfence; s = load(S)
+//!         if !(s & A): cas(S, s, s|A)  // acknowledge, once
+//!     if s & F:
+//!         fetch_add(S, 7); futex_wake(S, all)  // clears F, keeps M and A, bumps the count
 //! ```
 //! Wait (`wait(v)`):
 //! ```text
 //! spin while V == v: 128 polls, or 8 once spins go unanswered (below)
+//! ask = F|M once spins go unanswered (the idle regime), else F (withdrawing a standing M|A)
 //! loop:
-//!     s = fetch_or(S, 1) | 1           // lock or: announce, a full barrier (unless standing)
-//!     (fresh announcement) a process-wide barrier (membarrier, or mprotect where that is
-//!         unavailable); return Changed if V != v
-//!     futex_wait(S, s, min(deadline, 1 s))    // the 1 s: a backstop, see fact 3
+//!     b = fetch_or(S, ask); s = b | ask  // lock or: announce, a full barrier
+//!     if b has M and A: return Changed if V != v       // the producer fences: fact 4
+//!     else (fresh announcement) a process-wide barrier (membarrier, or mprotect where that
+//!         is unavailable); return Changed if V != v
+//!     futex_wait(S, s, min(deadline, 1 s))    // the 1 s after a barrier: a backstop, fact 3
 //!         (no IPI barrier here: naps of 4, 8, 16, … ms during the first second instead)
 //!     return Changed if V != v; TimedOut if the deadline passed
-//!     if S != s: the producer took our announcement (maybe an older waiter's); announce again
+//!     if S != s: the producer took our announcement (maybe an older waiter's), or
+//!         acknowledged a request: announce again
 //! ```
 //!
 //! **The fast path** is a store, a load of a word that nobody writes while nobody waits (on a
@@ -119,14 +128,16 @@
 //! announce). While spins get answered (a producer that signals within microseconds:
 //! streaming, ping-pong) waiters poll 128 times before announcing; after 8 full spins in a
 //! row went unanswered (a producer that signals once a millisecond: every wait ends asleep,
-//! and the spin before it was CPU time thrown away) they poll 8 times, with a full spin every
-//! 16th wait so that a producer grown prompt again is noticed; one answered spin makes them
-//! full again, and so does a wait answered within 250 µs of its spin (`SP_PROMPT`: otherwise
-//! two threads handing off to each other, both asleep after a hiccup, would each find its
-//! partner asleep even during a full spin, and sleep through every hand-off for good). A new
+//! and the spin before it was CPU time thrown away) they poll 8 times. One answered spin
+//! makes them full again, and so does a wait answered within 250 µs of its spin
+//! (`SP_PROMPT`): a producer grown prompt again is noticed at its first answer, and two
+//! threads handing off to each other, both asleep after a hiccup, do not each find its
+//! partner asleep during every spin and sleep through every hand-off for good. A new
 //! event count's first wait spins in full and decides alone: answered, the spins stay full;
-//! not, they turn short at once. The lab's `rings` experiment measures both sides of the
-//! trade: the idle consumer's CPU time, and ping-pong on two CPUs and on one.
+//! not, they turn short at once. The same learnt state decides fenced signals (fact 4):
+//! waiters whose spins go unanswered ask for them, and an answered spin withdraws the
+//! request. The lab's `rings` experiment measures both sides of the trade: the idle
+//! consumer's CPU time, and ping-pong on two CPUs and on one.
 //!
 //! **Why no wake-up is lost or late.** The producer's store to `V` and its load of `S` form
 //! the store-buffering pattern: x86-TSO lets the load complete while the store still sits in
@@ -154,6 +165,25 @@
 //!    the argument, a backstop should some platform's barrier stop interrupting CPUs (whose
 //!    result would then show in [`SpEventCount::late_wakeups`] instead of as a waiter asleep
 //!    for good).
+//! 4. **Fenced signals.** A consumer whose producer signals once a millisecond sleeps before
+//!    every message, and a barrier before each sleep would cost it (and the producer's CPU,
+//!    which the barrier interrupts) more than the sleep itself. Such a waiter (its spins go
+//!    unanswered) sets M with its announcement. A producer whose look finds M fences (`mfence`)
+//!    and looks again, so against any announcement its store and second look form Dekker's
+//!    pattern with a full barrier on both sides: the waiter reads the new version or the
+//!    producer sees the flag. It sets A with a `lock`ed instruction the first time it sees M
+//!    without A, which makes every version it stored before visible before A is. A waiter
+//!    whose `fetch_or` returns M and A may sleep after one look at `V` and no barrier: every
+//!    signal before the acknowledgement is visible (its store preceded A), and every later one
+//!    sees M (the producer reads `S` at or after its own acknowledgement, by coherence) and is
+//!    fenced — unless M was withdrawn since, and a value of `S` without M is newer than the
+//!    withdrawal, hence than our flag, which only the producer's wake clears. So the request
+//!    can be withdrawn at any time (an answered spin does, `fetch_and`), and a waiter that
+//!    finds M without A takes the barrier as before; the next signal acknowledges. The sleep
+//!    arms no backstop: nothing here rests on how a platform delivers interrupts. While M
+//!    stands, each signal costs an `mfence` and a second load, no system call and no `lock`;
+//!    a waiter of the idle regime sleeps at the cost of a futex wait, like a waiter on a
+//!    `lock`ed word.
 //!
 //! Where the only process-wide barrier is `membarrier(GLOBAL)`, which waits for an RCU grace
 //! period (milliseconds), the waiter does not issue it: it sleeps in naps of 4, 8, 16, … ms for
@@ -172,10 +202,10 @@
 //! the producer's `lock`ed clear drains its store first, so a waiter that finds its
 //! announcement taken finds the new version too — or, if the clear answered an older waiter's
 //! flag, it announces again. A waiter that times out leaves the flag for the next signal to
-//! clear: one wasted wake-up call. The clear count wraps at 2^31: a waiter would have to miss
-//! exactly that many clears between two looks. This relies on interrupts: a core isolated with
-//! `nohz_full` running one thread may not take one for much longer; use the multi-producer
-//! [`EventCount`] there.
+//! clear: one wasted wake-up call. The clear count wraps at 2^29 (the low 3 bits are F, M and
+//! A): a waiter would have to miss exactly that many clears between two looks. This relies on
+//! interrupts: a core isolated with `nohz_full` running one thread may not take one for much
+//! longer; use the multi-producer [`EventCount`] there.
 
 //! **Orderings.** The version store is `Release` (the producer's earlier writes are visible to
 //! a waiter that sees the version); the waiter's loads of `V` are `Acquire`. The producer's
@@ -186,7 +216,14 @@
 //! barrier and no naps. The loom models check the asymmetric version: the producer's look is
 //! `fence::light()` and a load, the waiter's barrier `fence::heavy()`, both `SeqCst` fences
 //! under loom, which loom orders against each other (`sp_window_closed_by_the_waiter_barrier`
-//! shows that without the waiter's barrier both sides can miss).
+//! shows that without the waiter's barrier both sides can miss). Fenced signals (fact 4): the
+//! producer's fence is a `SeqCst` fence and its acknowledgement `Release` (`Relaxed` on
+//! x86-64, whose `lock cmpxchg` drains the store buffer whatever Rust names, for the code
+//! generation reason of the wake's clear); a waiter that relies on it reads the acknowledgement
+//! with its `SeqCst` `fetch_or` and then issues a `SeqCst` fence before its look at `V`, which
+//! x86 gets from the `lock`ed `fetch_or` itself. `sp_fenced_signals_close_the_window` checks the
+//! words with the producer's first look unfenced (loom's `light()` is a fence, so the full
+//! type's models cannot), and that each part is needed.
 //!
 //! **Linearisation points.** A signal: its store to `V`. A wait that returns `Changed`: the
 //! load that observed the new version.
@@ -202,7 +239,7 @@ use std::marker::PhantomData;
 
 use crate::futex::Parking;
 use crate::primitives::{
-    spin_loop, yield_now, AtomicBool, AtomicU32, AtomicU64, CachePadded, Ordering::*,
+    spin_loop, yield_now, AtomicBool, AtomicU32, AtomicU64, CachePadded, Ordering, Ordering::*,
 };
 use crate::time::Deadline;
 
@@ -238,12 +275,9 @@ const SP_SHORT_SPIN: u32 = 8;
 #[cfg(loom)]
 const SP_SHORT_SPIN: u32 = 0;
 /// Full spins in a row that must go unanswered before a single-producer waiter's spins
-/// become short; any wait answered during a spin makes them full again at once.
+/// become short; any wait answered during a spin, or soon after it (`SP_PROMPT`), makes them
+/// full again at once.
 const SP_SPIN_TRUST: u32 = 8;
-/// While spins are short, every this many waits one spins in full anyway, so that a
-/// producer that has become prompt again is noticed (a short spin can miss it, and the
-/// waiter would otherwise sleep through every hand-off for good).
-const SP_SPIN_PROBE: u32 = 16;
 
 /// A single-producer wait that went past its spin but was answered within this long counts
 /// as answered, and makes the next spins full again. Without it, two threads handing off to
@@ -253,7 +287,13 @@ const SP_SPIN_PROBE: u32 = 16;
 /// section measures that floor on each machine), and every hand-off pays a wake-up. A
 /// producer that signals rarely — the case short spins are for — keeps its waiter asleep for
 /// far longer (the lab's idle consumer: 1 ms).
+#[cfg(not(loom))]
 const SP_PROMPT: std::time::Duration = std::time::Duration::from_micros(250);
+/// Zero under loom, whose spins are empty: a new event count's waiters then enter the idle
+/// regime after their first wait and stay in it, so that the models explore fenced signals
+/// (`sp_idle_regime_*` withdraw the request from another thread).
+#[cfg(loom)]
+const SP_PROMPT: std::time::Duration = std::time::Duration::ZERO;
 
 /// How long a single-producer waiter watches the version after announcing itself, for a
 /// signal whose version store may still be in its producer's store buffer, where no barrier
@@ -275,6 +315,54 @@ const SP_FIRST_NAP: std::time::Duration = std::time::Duration::from_millis(4);
 
 const FLAG: u64 = 1;
 const VERSION_MASK: u64 = u64::MAX >> 1;
+
+/// The single-producer sleepers word `S`: a waiter may be asleep (set by waiters, cleared by
+/// the producer's wake).
+const SP_FLAG: u32 = 1;
+/// In `S`: a waiter in the idle regime asks the producer to fence between its version store
+/// and its look at `S` (set by waiters, cleared when spins are answered again).
+const SP_MODE: u32 = 2;
+/// In `S`: the producer saw `SP_MODE` and fences every signal while it stands (set by the
+/// producer, cleared with `SP_MODE`).
+const SP_ACK: u32 = 4;
+/// What the producer's wake adds to `S`: with `SP_FLAG` set, it clears the flag, keeps
+/// `SP_MODE` and `SP_ACK`, and counts the clear in bits 3.. (1 + 7 = 8).
+const SP_CLEAR: u32 = 7;
+/// Whether waiters of the idle regime ask for fenced signals: where the producer's look at `S`
+/// is not fenced by itself (x86-64, outside Miri), and under loom, which checks the protocol.
+const FENCED_SIGNALS: bool = cfg!(any(loom, all(target_arch = "x86_64", not(miri))));
+/// The ordering of the producer's acknowledgement: `Release` in the memory model (versions
+/// stored before it are visible to a waiter that reads it). On x86-64 `Relaxed`, for the
+/// reason the wake's clear is (see `SpEventCount::wake_sleepers`): the `lock cmpxchg` drains
+/// the version stores before it whatever ordering Rust names, and a stronger one makes LLVM
+/// reload the producer's state after it.
+#[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
+const ACK_ORDER: Ordering = Relaxed;
+#[cfg(not(all(target_arch = "x86_64", not(loom), not(miri))))]
+const ACK_ORDER: Ordering = Release;
+
+/// The fence between a waiter's `lock`ed announcement and its look at `V` when it relies on
+/// fenced signals: `SeqCst` in the memory model; on x86-64 the `lock`ed `fetch_or` is already a
+/// full barrier, and only the compiler must keep the load after it.
+#[inline(always)]
+fn fence_after_announcement() {
+    #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
+    std::sync::atomic::compiler_fence(SeqCst);
+    #[cfg(not(all(target_arch = "x86_64", not(loom), not(miri))))]
+    crate::primitives::fence(SeqCst);
+}
+
+/// How a single-producer waiter's announcement was made safe to sleep on (see the module
+/// documentation, "Why no wake-up is lost or late").
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Window {
+    /// No barrier was available: the waiter sleeps in naps for a while.
+    Open,
+    /// The waiter's process-wide barrier closed it (fact 2): a backstop timer stays armed.
+    Barrier,
+    /// The producer fences its signals and had acknowledged that (fact 4).
+    Fenced,
+}
 
 /// The deadline passed before the version changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -568,9 +656,8 @@ pub struct SpEventCount {
     /// waiters learn, not part of the protocol (a std atomic even under loom).
     yield_at: std::sync::atomic::AtomicU32,
     /// Whether waiters spin in full or briefly (see `wait_until`), another learnt heuristic:
-    /// bits 0..8 the *trust*, `SP_SPIN_TRUST` after a spin that was answered, one less after
-    /// each full spin that was not (spins are short at 0); bits 8.. count the waits since the
-    /// last full spin while spins are short. Written only when it changes: with a prompt
+    /// the *trust*, `SP_SPIN_TRUST` after a spin that was answered, one less after each full
+    /// spin that was not (spins are short at 0). Written only when it changes: with a prompt
     /// producer, never. A new event count starts at trust 1: its first wait spins in full,
     /// and decides (a producer that answers it earns the full trust at once).
     spin: std::sync::atomic::AtomicU32,
@@ -629,7 +716,7 @@ impl SpEventCount {
 
     /// Whether a waiter has announced that it may sleep.
     pub fn has_waiters(&self) -> bool {
-        self.sleepers.load(Relaxed) & 1 != 0
+        self.sleepers.load(Relaxed) & SP_FLAG != 0
     }
 
     /// How many waits on this event count found the version changed when a sleep of theirs
@@ -661,9 +748,65 @@ impl SpEventCount {
     #[inline]
     pub(crate) fn publish(&self, new: u64) {
         self.version.store(new, Release);
-        if self.sleepers_after_store() & 1 != 0 {
+        let s = self.sleepers_after_store();
+        if s & (SP_FLAG | SP_MODE) != 0 {
+            self.signal_slow(s);
+        }
+    }
+
+    /// The slow part of a signal, after a look at `S` that found `s`: a waiter announced
+    /// itself, or asked for fenced signals (`SP_MODE`, see "Fenced signals" in the module
+    /// documentation). Asked, the producer fences and looks again, which settles the
+    /// store-buffering race with any waiter's announcement (Dekker: its `lock`ed announcement
+    /// against our fence), and acknowledges the request once (`SP_ACK`). The acknowledgement is
+    /// a `lock`ed instruction, so every version stored before it is visible before it is; and
+    /// the producer's later looks at `S` read the acknowledged word or a newer one, so they see
+    /// `SP_MODE` and fence as long as nobody has withdrawn the request.
+    #[inline(always)]
+    fn signal_slow(&self, mut s: u32) {
+        if s & SP_MODE != 0 {
+            s = self.sleepers_after_fence();
+            if s & (SP_MODE | SP_ACK) == SP_MODE {
+                s = match self
+                    .sleepers
+                    .compare_exchange(s, s | SP_ACK, ACK_ORDER, Relaxed)
+                {
+                    Ok(_) => s | SP_ACK,
+                    // A waiter changed `S` meanwhile: the next signal acknowledges.
+                    Err(now) => now,
+                };
+            }
+        }
+        if s & SP_FLAG != 0 {
             self.wake_sleepers();
         }
+    }
+
+    /// The producer's second look at `S`, after a full fence (fenced signals). On x86-64 one
+    /// `asm` block, `mfence` and the load, for the reason of `sleepers_after_store`: it lets the
+    /// compiler keep the producer's state in registers across the slow path.
+    #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
+    #[inline(always)]
+    fn sleepers_after_fence(&self) -> u32 {
+        let s: u32;
+        // SAFETY: as in `sleepers_after_store`; `mfence` touches no memory operand.
+        unsafe {
+            std::arch::asm!(
+                "mfence",
+                "mov {s:e}, dword ptr [{p}]",
+                p = in(reg) self.sleepers.as_ptr(),
+                s = out(reg) s,
+                options(nostack, readonly, preserves_flags),
+            );
+        }
+        s
+    }
+
+    #[cfg(not(all(target_arch = "x86_64", not(loom), not(miri))))]
+    #[inline(always)]
+    fn sleepers_after_fence(&self) -> u32 {
+        crate::primitives::fence(SeqCst);
+        self.sleepers.load(Relaxed)
     }
 
     /// The producer's load of `S`, after its store to `V`. On x86-64 an `asm` load: the
@@ -707,10 +850,11 @@ impl SpEventCount {
         self.sleepers.load(Relaxed)
     }
 
-    /// The slow part of a signal: a waiter announced itself.
+    /// The wake of a signal: a waiter announced itself.
     ///
-    /// Only the producer clears, and it saw the flag: adding 1 clears it and counts the clear
-    /// (a waiter's `fetch_or` of a standing flag changes nothing). The clear must follow the
+    /// Only the producer clears, and it saw the flag: adding `SP_CLEAR` clears it, keeps the
+    /// fenced-signal bits and counts the clear (a waiter's `fetch_or` of a standing flag
+    /// changes nothing). The clear must follow the
     /// version store (the module documentation's "the producer's `lock`ed clear drains its
     /// store first"): `Release` in the memory model.
     ///
@@ -728,7 +872,7 @@ impl SpEventCount {
     #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
     #[inline(always)]
     fn wake_sleepers(&self) {
-        self.sleepers.fetch_add(1, Relaxed);
+        self.sleepers.fetch_add(SP_CLEAR, Relaxed);
         crate::futex::wake_all_private_inline(&self.sleepers);
     }
 
@@ -736,7 +880,7 @@ impl SpEventCount {
     #[cold]
     #[inline(never)]
     fn wake_sleepers(&self) {
-        self.sleepers.fetch_add(1, Release);
+        self.sleepers.fetch_add(SP_CLEAR, Release);
         self.parking.wake32(&self.sleepers, u32::MAX);
     }
 
@@ -871,6 +1015,24 @@ impl SpEventCount {
         !cfg!(all(target_arch = "x86_64", not(miri)))
     }
 
+    /// Spins are answered again: trust them, and withdraw any request for fenced signals.
+    fn trust_spins(&self) {
+        self.spin
+            .store(SP_SPIN_TRUST, std::sync::atomic::Ordering::Relaxed);
+        if self.sleepers.load(Relaxed) & SP_MODE != 0 {
+            self.withdraw_fenced_signals();
+        }
+    }
+
+    /// Withdraw the request for fenced signals and its acknowledgement: the producer's signals
+    /// return to a store, a load and a branch. Safe at any time: a sleeping waiter that relied
+    /// on the acknowledgement announced itself before this, so the producer's next look finds
+    /// its flag either way (see "Fenced signals" in the module documentation).
+    #[cold]
+    fn withdraw_fenced_signals(&self) {
+        self.sleepers.fetch_and(!(SP_MODE | SP_ACK), Relaxed);
+    }
+
     /// Wait until the version differs from `old` or `deadline` passes (`None`: no deadline).
     /// Returns the version seen. Returns at once if the version already differs.
     pub fn wait(&self, old: u64, deadline: Option<Deadline>) -> Result<u64, TimedOut> {
@@ -909,12 +1071,11 @@ impl SpEventCount {
         // The spin's length, also learnt: in full while spins get answered (a prompt
         // producer: streaming, ping-pong), a few polls once `SP_SPIN_TRUST` full spins in a
         // row went unanswered (a producer that signals rarely: each wait ends in a sleep, and
-        // a full spin before it is CPU time thrown away), with a full spin every
-        // `SP_SPIN_PROBE` waits so that a producer that has become prompt again is noticed.
-        // Like `yield_at`, a heuristic outside the protocol.
+        // a full spin before it is CPU time thrown away). A producer that has become prompt
+        // again answers a wait within `SP_PROMPT`, which makes the spins full again. Like
+        // `yield_at`, a heuristic outside the protocol.
         let spin = self.spin.load(std::sync::atomic::Ordering::Relaxed);
-        let (trust, since_full) = (spin & 0xff, spin >> 8);
-        let full = trust > 0 || since_full + 1 >= SP_SPIN_PROBE;
+        let full = spin > 0;
         let polls = if full {
             SPIN_BEFORE_FLAG
         } else {
@@ -931,8 +1092,7 @@ impl SpEventCount {
                         learn(yield_at.saturating_mul(2).saturating_add(1).min(YIELD_AT));
                     }
                     if spin != SP_SPIN_TRUST {
-                        self.spin
-                            .store(SP_SPIN_TRUST, std::sync::atomic::Ordering::Relaxed);
+                        self.trust_spins();
                     }
                 }
                 return Waited::Changed(v);
@@ -943,16 +1103,18 @@ impl SpEventCount {
                 spin_loop();
             }
         }
-        // Unanswered: a full spin costs one unit of trust; a short one counts towards the
-        // next full one.
-        let next = if full {
-            trust.saturating_sub(1)
-        } else {
-            (since_full + 1) << 8
-        };
+        // Unanswered: a full spin costs one unit of trust.
+        let next = spin.saturating_sub(1);
         if next != spin {
             self.spin.store(next, std::sync::atomic::Ordering::Relaxed);
         }
+        // Spins go unanswered (the idle regime): ask the producer for fenced signals, so that
+        // an announcement it has acknowledged needs no barrier before the sleep.
+        let ask = if next == 0 && FENCED_SIGNALS {
+            SP_FLAG | SP_MODE
+        } else {
+            SP_FLAG
+        };
 
         let mut state = WaitState {
             started: Deadline::now(),
@@ -968,15 +1130,13 @@ impl SpEventCount {
             if waited < SP_PROMPT.as_nanos() as u64
                 && self.spin.load(std::sync::atomic::Ordering::Relaxed) != SP_SPIN_TRUST
             {
-                self.spin
-                    .store(SP_SPIN_TRUST, std::sync::atomic::Ordering::Relaxed);
+                self.trust_spins();
             }
             Waited::Changed(v)
         };
-        // Our standing announcement: when it was made, the value of `S` it left, and whether
-        // `settle` closed the window for it (None: not made, or taken by the producer); and
-        // the next nap.
-        let mut announced: Option<(Deadline, u32, bool)> = None;
+        // Our standing announcement: when it was made, the value of `S` it left, and how its
+        // window was closed (None: not made, or taken by the producer); and the next nap.
+        let mut announced: Option<(Deadline, u32, Window)> = None;
         let mut nap = SP_FIRST_NAP;
         loop {
             if let Some(t) = pred(&mut state) {
@@ -987,35 +1147,72 @@ impl SpEventCount {
                 return Waited::TimedOut;
             }
 
-            let (since, s, closed) = match announced {
+            let (since, s, window) = match announced {
                 Some(a) => a,
                 None => {
-                    let s = self.sleepers.fetch_or(1, SeqCst) | 1;
-                    if let Some(v) = self.changed_since(old, s, !Self::window_closes()) {
-                        return answered(v);
+                    if ask == SP_FLAG && self.sleepers.load(Relaxed) & SP_MODE != 0 {
+                        // A request left by a waiter of the idle regime, which has ended.
+                        self.withdraw_fenced_signals();
                     }
-                    let (changed, closed) = self.settle(old);
-                    if let Some(v) = changed {
-                        return answered(v);
-                    }
+                    let before = self.sleepers.fetch_or(ask, SeqCst);
+                    let s = before | ask;
+                    let window = if before & (SP_MODE | SP_ACK) == SP_MODE | SP_ACK {
+                        // The producer fences its signals (fact 4): one look after our
+                        // `lock`ed announcement settles the race.
+                        fence_after_announcement();
+                        let v = self.version.load(SeqCst);
+                        if v != old {
+                            return answered(v);
+                        }
+                        Window::Fenced
+                    } else {
+                        if let Some(v) = self.changed_since(old, s, !Self::window_closes()) {
+                            return answered(v);
+                        }
+                        let (changed, closed) = self.settle(old);
+                        if let Some(v) = changed {
+                            return answered(v);
+                        }
+                        if closed {
+                            Window::Barrier
+                        } else {
+                            Window::Open
+                        }
+                    };
                     nap = SP_FIRST_NAP;
-                    *announced.insert((Deadline::now(), s, closed))
+                    // Only naps need the time of the announcement (a clock read saved on the
+                    // fenced path, which a consumer of the idle regime takes per message).
+                    let since = if window == Window::Open {
+                        Deadline::now()
+                    } else {
+                        state.started
+                    };
+                    *announced.insert((since, s, window))
                 }
             };
 
             let mut sleep_until = state.deadline;
-            let now = Deadline::now();
-            if !closed && now < since.saturating_add(SP_FLAG_SETTLE) {
-                let wake = now.saturating_add(nap);
-                nap = nap.saturating_mul(2);
+            let mut wake_at = |wake: Deadline| {
                 sleep_until = Some(sleep_until.map_or(wake, |d| d.min(wake)));
-            } else if closed && !cfg!(loom) {
+            };
+            match window {
+                Window::Open => {
+                    let now = Deadline::now();
+                    if now < since.saturating_add(SP_FLAG_SETTLE) {
+                        wake_at(now.saturating_add(nap));
+                        nap = nap.saturating_mul(2);
+                    }
+                }
                 // A backstop, not part of the argument: should a platform's barrier ever fail
                 // to interrupt the producer's CPU (a TLB flush that stops needing interrupts,
                 // as AMD's INVLPGB did), a waiter re-reads the version once a second instead
                 // of sleeping through the signal for good, and `late_wakeups` shows it.
-                let wake = now.saturating_add(SP_BACKSTOP);
-                sleep_until = Some(sleep_until.map_or(wake, |d| d.min(wake)));
+                Window::Barrier if !cfg!(loom) => {
+                    wake_at(Deadline::now().saturating_add(SP_BACKSTOP))
+                }
+                // A window the producer's fence closed rests on no such platform behaviour: no
+                // timer, and no clock read.
+                Window::Barrier | Window::Fenced => {}
             }
             self.parking.wait32(&self.sleepers, s, sleep_until);
 
@@ -1347,6 +1544,138 @@ mod loom_models {
             window_open(false),
             "loom found no execution with the window open: the model does not reach it"
         );
+    }
+
+    /// Fenced signals (fact 4) on the words, with the producer's first look at `S` unfenced, as
+    /// the x86 `asm` load is (loom's `fence::light()` is a fence, which would hide the window).
+    /// `S` starts clear; a requester thread sets M (an earlier waiter of the idle regime); the
+    /// waiter reads `old`, announces F|M, and relies on the producer's fences if its
+    /// `fetch_or` returned M and A (or, as a mutant, M alone), then fences and reads `V`; the
+    /// producer signals versions 1 and 2, fencing and acknowledging when it sees M (or, as a
+    /// mutant, acknowledging without fencing); a withdrawer may clear M and A at any time.
+    /// Returns whether some execution had a relying waiter read `old` again while no signal
+    /// after `old` saw its flag: a waiter that would sleep through the signal. (The producer
+    /// does not clear F here, so that a wake for an older version hides nothing.)
+    fn fenced_signals_miss(producer_fences: bool, waiter_needs_ack: bool, withdraw: bool) -> bool {
+        use loom::sync::atomic::{AtomicU32, AtomicU64};
+        static MISSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        MISSED.store(false, std::sync::atomic::Ordering::Relaxed);
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(move || {
+            let words = Arc::new((AtomicU64::new(0), AtomicU32::new(0)));
+            let r = words.clone();
+            let requester = thread::spawn(move || {
+                r.1.fetch_or(SP_MODE, Relaxed);
+            });
+            let withdrawer = withdraw.then(|| {
+                let w = words.clone();
+                thread::spawn(move || {
+                    w.1.fetch_and(!(SP_MODE | SP_ACK), Relaxed);
+                })
+            });
+            let w = words.clone();
+            let waiter = thread::spawn(move || {
+                let old = w.0.load(Acquire);
+                let before = w.1.fetch_or(SP_FLAG | SP_MODE, SeqCst);
+                let relies = if waiter_needs_ack {
+                    before & (SP_MODE | SP_ACK) == SP_MODE | SP_ACK
+                } else {
+                    before & SP_MODE != 0
+                };
+                crate::primitives::fence(SeqCst);
+                (old, relies, w.0.load(SeqCst))
+            });
+            let mut flag_seen_at = 0;
+            for version in 1..=2u64 {
+                words.0.store(version, Release);
+                let mut s = words.1.load(Relaxed);
+                if s & SP_MODE != 0 {
+                    if producer_fences {
+                        crate::primitives::fence(SeqCst);
+                        s = words.1.load(Relaxed);
+                    }
+                    if s & (SP_MODE | SP_ACK) == SP_MODE {
+                        s = match words.1.compare_exchange(s, s | SP_ACK, Release, Relaxed) {
+                            Ok(_) => s | SP_ACK,
+                            Err(now) => now,
+                        };
+                    }
+                }
+                if s & SP_FLAG != 0 {
+                    flag_seen_at = version;
+                }
+            }
+            let (old, relies, v) = waiter.join().unwrap();
+            requester.join().unwrap();
+            if let Some(w) = withdrawer {
+                w.join().unwrap();
+            }
+            if relies && v == old && old < 2 && flag_seen_at <= old {
+                MISSED.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        MISSED.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Fenced signals close the window, also when the request is withdrawn meanwhile; and
+    /// both halves are needed: without the producer's fence, or with a waiter that relies on
+    /// the request before the producer has acknowledged it, loom finds a waiter that sleeps
+    /// through the signal.
+    #[test]
+    fn sp_fenced_signals_close_the_window() {
+        assert!(
+            !fenced_signals_miss(true, true, false),
+            "fenced signals missed a waiter"
+        );
+        assert!(
+            !fenced_signals_miss(true, true, true),
+            "fenced signals missed a waiter when the request was withdrawn"
+        );
+        assert!(
+            fenced_signals_miss(false, true, false),
+            "an unfenced producer missed nobody: the model does not reach the window"
+        );
+        assert!(
+            fenced_signals_miss(true, false, false),
+            "a waiter relying on an unacknowledged request missed nothing: the model does not \
+             reach the window"
+        );
+    }
+
+    /// The full type in the idle regime (its waiter asks for fenced signals from its first
+    /// wait on, see `SP_PROMPT`): a waiter that follows three versions, while another thread
+    /// withdraws the request at some point (as a waiter whose spin was answered does). Under
+    /// loom the producer's look is fenced anyway; this checks the rest: the acknowledgement
+    /// and the withdrawal change `S` under a waiter about to sleep, which must announce again,
+    /// not sleep on a stale value or return early.
+    #[test]
+    fn sp_idle_regime_waiter_follows_versions() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.check(|| {
+            let ec = Arc::new(SpEventCount::new());
+            let e2 = ec.clone();
+            let w = thread::spawn(move || {
+                let mut v = 0;
+                while v < 3 {
+                    let next = e2.wait(v, None).unwrap();
+                    assert!(next > v, "returned {next} waiting on {v}");
+                    v = next;
+                }
+                v
+            });
+            let e3 = ec.clone();
+            let withdrawer = thread::spawn(move || e3.withdraw_fenced_signals());
+            let mut p = ec.producer().unwrap();
+            for _ in 0..3 {
+                p.increment();
+            }
+            drop(p);
+            withdrawer.join().unwrap();
+            assert_eq!(w.join().unwrap(), 3);
+            assert_eq!(ec.late_wakeups(), 0);
+        });
     }
 
     /// One waiter, one signal: the waiter must return with the new version (a lost wake-up is
