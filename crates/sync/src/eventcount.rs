@@ -93,7 +93,8 @@
 //! if s & (F|M):                        // predictable branch
 //!     if s & M:                        // fenced signals were asked for
 //!         mfence; s = load(S)
-//!         if !(s & A): cas(S, s, s|A)  // acknowledge, once
+//!         if s & (M|A) == M: cas(S, s, s|A)   // acknowledge, once
+//!         64 such signals in a row without F: fetch_and(S, !(M|A))   // nobody sleeps
 //!     if s & F:
 //!         fetch_add(S, 7); futex_wake(S, all)  // clears F, keeps M and A, bumps the count
 //! ```
@@ -178,8 +179,10 @@
 //!    sees M (the producer reads `S` at or after its own acknowledgement, by coherence) and is
 //!    fenced — unless M was withdrawn since, and a value of `S` without M is newer than the
 //!    withdrawal, hence than our flag, which only the producer's wake clears. So the request
-//!    can be withdrawn at any time (an answered spin does, `fetch_and`), and a waiter that
-//!    finds M without A takes the barrier as before; the next signal acknowledges. The sleep
+//!    can be withdrawn at any time (an answered spin does, `fetch_and`, and so does the
+//!    producer after 64 fenced signals in a row that found no flag: its waiters stopped
+//!    sleeping), and a waiter that finds M without A takes the barrier as before; the next
+//!    signal acknowledges. The sleep
 //!    arms no backstop: nothing here rests on how a platform delivers interrupts. While M
 //!    stands, each signal costs an `mfence` and a second load, no system call and no `lock`;
 //!    a waiter of the idle regime sleeps at the cost of a futex wait, like a waiter on a
@@ -328,6 +331,11 @@ const SP_ACK: u32 = 4;
 /// What the producer's wake adds to `S`: with `SP_FLAG` set, it clears the flag, keeps
 /// `SP_MODE` and `SP_ACK`, and counts the clear in bits 3.. (1 + 7 = 8).
 const SP_CLEAR: u32 = 7;
+/// Fenced signals in a row that found no waiter's flag after which the producer withdraws the
+/// request (see `SpEventCount::signal_slow`): a burst longer than this between two sleeps of
+/// an idle consumer costs it one barrier, a producer whose consumer stopped sleeping this many
+/// fences.
+const SP_UNHEARD_LIMIT: u32 = 64;
 /// Whether waiters of the idle regime ask for fenced signals: where the producer's look at `S`
 /// is not fenced by itself (x86-64, outside Miri), and under loom, which checks the protocol.
 const FENCED_SIGNALS: bool = cfg!(any(loom, all(target_arch = "x86_64", not(miri))));
@@ -641,8 +649,9 @@ pub struct SpEventCount {
     /// about as much as the rest of a ring's push (measured: 7.7 against 3.5 ns per item when
     /// streaming through an SPSC ring on Zen 3).
     version: CachePadded<AtomicU64>,
-    /// `S`: bit 0 set while a waiter may be asleep, bits 1.. the producer's clears; the futex
-    /// word.
+    /// `S`: bit 0 (F) set while a waiter may be asleep, bit 1 (M) a request for fenced
+    /// signals, bit 2 (A) the producer's acknowledgement, bits 3.. the producer's clears; the
+    /// futex word.
     sleepers: AtomicU32,
     producer_taken: AtomicBool,
     parking: Parking,
@@ -652,6 +661,12 @@ pub struct SpEventCount {
     /// Barriers waiters issued before sleeping ([`SpEventCount::waiter_barriers`]): a
     /// diagnostic like `late`.
     barriers: std::sync::atomic::AtomicU64,
+    /// Sleeps that relied on fenced signals ([`SpEventCount::fenced_sleeps`]): a diagnostic.
+    fenced: std::sync::atomic::AtomicU64,
+    /// Fenced signals in a row that found no waiter's flag, counted by the producer, which
+    /// withdraws the request at `SP_UNHEARD_LIMIT` (see `signal_slow`): a heuristic outside the
+    /// protocol (a std atomic even under loom), written only while fenced signals stand.
+    unheard: std::sync::atomic::AtomicU32,
     /// After how many polls of the spin a waiter yields (see `wait_until`): a heuristic the
     /// waiters learn, not part of the protocol (a std atomic even under loom).
     yield_at: std::sync::atomic::AtomicU32,
@@ -674,6 +689,8 @@ impl SpEventCount {
             parking: Parking::new(),
             late: std::sync::atomic::AtomicU64::new(0),
             barriers: std::sync::atomic::AtomicU64::new(0),
+            fenced: std::sync::atomic::AtomicU64::new(0),
+            unheard: std::sync::atomic::AtomicU32::new(0),
             yield_at: std::sync::atomic::AtomicU32::new(YIELD_AT),
             spin: std::sync::atomic::AtomicU32::new(1),
         }
@@ -689,6 +706,8 @@ impl SpEventCount {
             parking: Parking::new(),
             late: std::sync::atomic::AtomicU64::new(0),
             barriers: std::sync::atomic::AtomicU64::new(0),
+            fenced: std::sync::atomic::AtomicU64::new(0),
+            unheard: std::sync::atomic::AtomicU32::new(0),
             yield_at: std::sync::atomic::AtomicU32::new(YIELD_AT),
             spin: std::sync::atomic::AtomicU32::new(1),
         }
@@ -739,6 +758,12 @@ impl SpEventCount {
         self.barriers.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// How many times a waiter went to sleep with no barrier because the producer had
+    /// acknowledged its request for fenced signals (see the module documentation, fact 4).
+    pub fn fenced_sleeps(&self) -> u64 {
+        self.fenced.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Publish `new` as the version and wake any sleepers: the producer's signal.
     ///
     /// Crate-internal, for types that hold the producer role by construction (the SPSC
@@ -762,6 +787,11 @@ impl SpEventCount {
     /// a `lock`ed instruction, so every version stored before it is visible before it is; and
     /// the producer's later looks at `S` read the acknowledged word or a newer one, so they see
     /// `SP_MODE` and fence as long as nobody has withdrawn the request.
+    ///
+    /// A request that nobody needs any more (its waiters stopped sleeping: the consumer keeps
+    /// up, or left) would keep every signal fenced, so the producer withdraws it itself after
+    /// `SP_UNHEARD_LIMIT` fenced signals in a row that found no flag; a waiter of the idle
+    /// regime asks again at its next sleep. Withdrawing is safe at any time (fact 4).
     #[inline(always)]
     fn signal_slow(&self, mut s: u32) {
         if s & SP_MODE != 0 {
@@ -775,6 +805,21 @@ impl SpEventCount {
                     // A waiter changed `S` meanwhile: the next signal acknowledges.
                     Err(now) => now,
                 };
+            }
+            let unheard = self.unheard.load(std::sync::atomic::Ordering::Relaxed);
+            let next = if s & SP_FLAG != 0 {
+                0
+            } else if unheard + 1 >= SP_UNHEARD_LIMIT {
+                // Inline, not `withdraw_fenced_signals` (a call), for the reason of
+                // `wake_sleepers`.
+                self.sleepers.fetch_and(!(SP_MODE | SP_ACK), Relaxed);
+                0
+            } else {
+                unheard + 1
+            };
+            if next != unheard {
+                self.unheard
+                    .store(next, std::sync::atomic::Ordering::Relaxed);
             }
         }
         if s & SP_FLAG != 0 {
@@ -1164,6 +1209,8 @@ impl SpEventCount {
                         if v != old {
                             return answered(v);
                         }
+                        self.fenced
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         Window::Fenced
                     } else {
                         if let Some(v) = self.changed_since(old, s, !Self::window_closes()) {
@@ -1356,18 +1403,66 @@ mod tests {
         assert_eq!(p.increment(), 0);
         assert_eq!(sp.sleepers.load(Relaxed), 0, "no waiter, nothing cleared");
         // What a waiter's announcement leaves: the flag on clear count 0.
-        sp.sleepers.fetch_or(1, SeqCst);
+        sp.sleepers.fetch_or(SP_FLAG, SeqCst);
         assert!(sp.has_waiters());
         assert_eq!(p.add(2), 1);
         assert_eq!(
             sp.sleepers.load(Relaxed),
-            2,
-            "flag cleared, one clear counted"
+            8,
+            "flag cleared, one clear counted (bits 3..)"
         );
         assert!(!sp.has_waiters());
         p.increment();
-        assert_eq!(sp.sleepers.load(Relaxed), 2, "no flag, no clear");
+        assert_eq!(sp.sleepers.load(Relaxed), 8, "no flag, no clear");
         assert_eq!(sp.value(), 4);
+    }
+
+    #[test]
+    fn producer_acknowledges_a_request_for_fenced_signals_and_keeps_it() {
+        let sp = SpEventCount::new();
+        let mut p = sp.producer().unwrap();
+        // A waiter of the idle regime asks, and announces itself.
+        sp.sleepers.fetch_or(SP_FLAG | SP_MODE, SeqCst);
+        p.increment();
+        assert_eq!(
+            sp.sleepers.load(Relaxed),
+            8 | SP_MODE | SP_ACK,
+            "acknowledged, flag cleared and counted, request kept"
+        );
+        p.increment();
+        assert_eq!(
+            sp.sleepers.load(Relaxed),
+            8 | SP_MODE | SP_ACK,
+            "no flag: nothing changes"
+        );
+        // Nobody sleeps any more: after SP_UNHEARD_LIMIT fenced signals without a flag in a
+        // row (one so far) the producer withdraws the request itself.
+        for _ in 2..SP_UNHEARD_LIMIT {
+            p.increment();
+        }
+        assert_eq!(
+            sp.sleepers.load(Relaxed),
+            8 | SP_MODE | SP_ACK,
+            "one signal short of the limit: the request stands"
+        );
+        p.increment();
+        assert_eq!(sp.sleepers.load(Relaxed), 8, "withdrawn by the producer");
+        // Asked again, and withdrawn by a waiter.
+        sp.sleepers.fetch_or(SP_MODE, SeqCst);
+        p.increment();
+        assert_eq!(sp.sleepers.load(Relaxed), 8 | SP_MODE | SP_ACK);
+        sp.withdraw_fenced_signals();
+        assert_eq!(
+            sp.sleepers.load(Relaxed),
+            8,
+            "withdrawn with its acknowledgement"
+        );
+        p.increment();
+        assert_eq!(
+            sp.sleepers.load(Relaxed),
+            8,
+            "no request, no acknowledgement"
+        );
     }
 
     #[test]
@@ -1651,6 +1746,7 @@ mod loom_models {
     /// not sleep on a stale value or return early.
     #[test]
     fn sp_idle_regime_waiter_follows_versions() {
+        static FENCED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         let mut b = loom::model::Builder::new();
         b.preemption_bound = Some(2);
         b.check(|| {
@@ -1675,7 +1771,14 @@ mod loom_models {
             withdrawer.join().unwrap();
             assert_eq!(w.join().unwrap(), 3);
             assert_eq!(ec.late_wakeups(), 0);
+            if ec.fenced_sleeps() > 0 {
+                FENCED.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
         });
+        assert!(
+            FENCED.load(std::sync::atomic::Ordering::Relaxed),
+            "no execution slept on fenced signals: the model does not reach them"
+        );
     }
 
     /// One waiter, one signal: the waiter must return with the new version (a lost wake-up is
@@ -1761,13 +1864,33 @@ mod loom_models {
     }
 
     /// The waiter side of the single-producer count (its producer is atomic under loom):
-    /// signals published one after another, a waiter that follows each version.
+    /// signals published one after another, a waiter that follows each version. Under loom a
+    /// new count's waiters enter the idle regime after their first wait (see `SP_PROMPT`).
     #[test]
     fn sp_waiter_follows_versions() {
+        waiter_follows_versions(None, 0);
+    }
+
+    /// The same in the trusting regime (spins stay full, so announcements set F alone, the
+    /// only kind off x86-64), and with a request for fenced signals left standing, which the
+    /// trusting waiter withdraws before it announces.
+    #[test]
+    fn sp_trusting_waiter_follows_versions() {
+        waiter_follows_versions(Some(u32::MAX), 0);
+        waiter_follows_versions(Some(u32::MAX), SP_MODE | SP_ACK);
+    }
+
+    /// A waiter following versions 1 and 2; `trust` presets the learnt spin state, `sleepers`
+    /// the word `S`.
+    fn waiter_follows_versions(trust: Option<u32>, sleepers: u32) {
         let mut b = loom::model::Builder::new();
         b.preemption_bound = Some(3);
-        b.check(|| {
+        b.check(move || {
             let ec = Arc::new(SpEventCount::new());
+            if let Some(t) = trust {
+                ec.spin.store(t, std::sync::atomic::Ordering::Relaxed);
+            }
+            ec.sleepers.store(sleepers, Relaxed);
             let e2 = ec.clone();
             let w = thread::spawn(move || {
                 let mut v = 0;
