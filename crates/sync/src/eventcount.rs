@@ -94,7 +94,6 @@
 //!     if s & M:                        // fenced signals were asked for
 //!         mfence; s = load(S)
 //!         if s & (M|A) == M: cas(S, s, s|A)   // acknowledge, once
-//!         64 such signals in a row without F: fetch_and(S, !(M|A))   // nobody sleeps
 //!     if s & F:
 //!         fetch_add(S, 7); futex_wake(S, all)  // clears F, keeps M and A, bumps the count
 //! ```
@@ -179,10 +178,12 @@
 //!    sees M (the producer reads `S` at or after its own acknowledgement, by coherence) and is
 //!    fenced — unless M was withdrawn since, and a value of `S` without M is newer than the
 //!    withdrawal, hence than our flag, which only the producer's wake clears. So the request
-//!    can be withdrawn at any time (an answered spin does, `fetch_and`, and so does the
-//!    producer after 64 fenced signals in a row that found no flag: its waiters stopped
-//!    sleeping), and a waiter that finds M without A takes the barrier as before; the next
-//!    signal acknowledges. The sleep
+//!    can be withdrawn at any time (an answered spin does, `fetch_and`; so does the SPSC
+//!    ring's side that is about to wait itself, when no flag stands on the other side's
+//!    count: its waiter has work), and a waiter that finds M without A takes the barrier as
+//!    before; the next signal acknowledges. A request outlives its need only while the
+//!    count's waiters stop waiting altogether: each signal pays the fence until one waits
+//!    again and its spin is answered. The sleep
 //!    arms no backstop: nothing here rests on how a platform delivers interrupts. While M
 //!    stands, each signal costs an `mfence` and a second load, no system call and no `lock`;
 //!    a waiter of the idle regime sleeps at the cost of a futex wait, like a waiter on a
@@ -331,11 +332,6 @@ const SP_ACK: u32 = 4;
 /// What the producer's wake adds to `S`: with `SP_FLAG` set, it clears the flag, keeps
 /// `SP_MODE` and `SP_ACK`, and counts the clear in bits 3.. (1 + 7 = 8).
 const SP_CLEAR: u32 = 7;
-/// Fenced signals in a row that found no waiter's flag after which the producer withdraws the
-/// request (see `SpEventCount::signal_slow`): a burst longer than this between two sleeps of
-/// an idle consumer costs it one barrier, a producer whose consumer stopped sleeping this many
-/// fences.
-const SP_UNHEARD_LIMIT: u32 = 64;
 /// Whether waiters of the idle regime ask for fenced signals: where the producer's look at `S`
 /// is not fenced by itself (x86-64, outside Miri), and under loom, which checks the protocol.
 const FENCED_SIGNALS: bool = cfg!(any(loom, all(target_arch = "x86_64", not(miri))));
@@ -663,10 +659,6 @@ pub struct SpEventCount {
     barriers: std::sync::atomic::AtomicU64,
     /// Sleeps that relied on fenced signals ([`SpEventCount::fenced_sleeps`]): a diagnostic.
     fenced: std::sync::atomic::AtomicU64,
-    /// Fenced signals in a row that found no waiter's flag, counted by the producer, which
-    /// withdraws the request at `SP_UNHEARD_LIMIT` (see `signal_slow`): a heuristic outside the
-    /// protocol (a std atomic even under loom), written only while fenced signals stand.
-    unheard: std::sync::atomic::AtomicU32,
     /// After how many polls of the spin a waiter yields (see `wait_until`): a heuristic the
     /// waiters learn, not part of the protocol (a std atomic even under loom).
     yield_at: std::sync::atomic::AtomicU32,
@@ -690,7 +682,6 @@ impl SpEventCount {
             late: std::sync::atomic::AtomicU64::new(0),
             barriers: std::sync::atomic::AtomicU64::new(0),
             fenced: std::sync::atomic::AtomicU64::new(0),
-            unheard: std::sync::atomic::AtomicU32::new(0),
             yield_at: std::sync::atomic::AtomicU32::new(YIELD_AT),
             spin: std::sync::atomic::AtomicU32::new(1),
         }
@@ -707,7 +698,6 @@ impl SpEventCount {
             late: std::sync::atomic::AtomicU64::new(0),
             barriers: std::sync::atomic::AtomicU64::new(0),
             fenced: std::sync::atomic::AtomicU64::new(0),
-            unheard: std::sync::atomic::AtomicU32::new(0),
             yield_at: std::sync::atomic::AtomicU32::new(YIELD_AT),
             spin: std::sync::atomic::AtomicU32::new(1),
         }
@@ -787,11 +777,6 @@ impl SpEventCount {
     /// a `lock`ed instruction, so every version stored before it is visible before it is; and
     /// the producer's later looks at `S` read the acknowledged word or a newer one, so they see
     /// `SP_MODE` and fence as long as nobody has withdrawn the request.
-    ///
-    /// A request that nobody needs any more (its waiters stopped sleeping: the consumer keeps
-    /// up, or left) would keep every signal fenced, so the producer withdraws it itself after
-    /// `SP_UNHEARD_LIMIT` fenced signals in a row that found no flag; a waiter of the idle
-    /// regime asks again at its next sleep. Withdrawing is safe at any time (fact 4).
     #[inline(always)]
     fn signal_slow(&self, mut s: u32) {
         if s & SP_MODE != 0 {
@@ -806,24 +791,21 @@ impl SpEventCount {
                     Err(now) => now,
                 };
             }
-            let unheard = self.unheard.load(std::sync::atomic::Ordering::Relaxed);
-            let next = if s & SP_FLAG != 0 {
-                0
-            } else if unheard + 1 >= SP_UNHEARD_LIMIT {
-                // Inline, not `withdraw_fenced_signals` (a call), for the reason of
-                // `wake_sleepers`.
-                self.sleepers.fetch_and(!(SP_MODE | SP_ACK), Relaxed);
-                0
-            } else {
-                unheard + 1
-            };
-            if next != unheard {
-                self.unheard
-                    .store(next, std::sync::atomic::Ordering::Relaxed);
-            }
         }
         if s & SP_FLAG != 0 {
             self.wake_sleepers();
+        }
+    }
+
+    /// Withdraw a request for fenced signals if no waiter's flag stands: for a caller that
+    /// knows nobody will wait on this count for a while (the SPSC ring's other side, when it
+    /// is about to wait itself: the ring is full or empty, so this count's waiter has work).
+    /// A request nobody needs any more would otherwise keep every signal fenced until a
+    /// waiter's spin is answered again. Safe at any time (fact 4).
+    pub(crate) fn withdraw_unneeded_request(&self) {
+        let s = self.sleepers.load(Relaxed);
+        if s & (SP_MODE | SP_FLAG) == SP_MODE {
+            self.withdraw_fenced_signals();
         }
     }
 
@@ -1435,32 +1417,32 @@ mod tests {
             8 | SP_MODE | SP_ACK,
             "no flag: nothing changes"
         );
-        // Nobody sleeps any more: after SP_UNHEARD_LIMIT fenced signals without a flag in a
-        // row (one so far) the producer withdraws the request itself.
-        for _ in 2..SP_UNHEARD_LIMIT {
-            p.increment();
-        }
+        // A side about to wait withdraws a request only if no flag stands.
+        sp.sleepers.fetch_or(SP_FLAG, SeqCst);
+        sp.withdraw_unneeded_request();
         assert_eq!(
             sp.sleepers.load(Relaxed),
-            8 | SP_MODE | SP_ACK,
-            "one signal short of the limit: the request stands"
+            8 | SP_FLAG | SP_MODE | SP_ACK,
+            "a flag stands"
         );
         p.increment();
-        assert_eq!(sp.sleepers.load(Relaxed), 8, "withdrawn by the producer");
+        assert_eq!(sp.sleepers.load(Relaxed), 16 | SP_MODE | SP_ACK);
+        sp.withdraw_unneeded_request();
+        assert_eq!(sp.sleepers.load(Relaxed), 16, "no flag: withdrawn");
         // Asked again, and withdrawn by a waiter.
         sp.sleepers.fetch_or(SP_MODE, SeqCst);
         p.increment();
-        assert_eq!(sp.sleepers.load(Relaxed), 8 | SP_MODE | SP_ACK);
+        assert_eq!(sp.sleepers.load(Relaxed), 16 | SP_MODE | SP_ACK);
         sp.withdraw_fenced_signals();
         assert_eq!(
             sp.sleepers.load(Relaxed),
-            8,
+            16,
             "withdrawn with its acknowledgement"
         );
         p.increment();
         assert_eq!(
             sp.sleepers.load(Relaxed),
-            8,
+            16,
             "no request, no acknowledgement"
         );
     }
