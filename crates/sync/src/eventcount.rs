@@ -183,11 +183,10 @@
 //!    count: its waiter has work), and a waiter that finds M without A takes the barrier as
 //!    before; the next signal acknowledges. A request outlives its need only while the
 //!    count's waiters stop waiting altogether: each signal pays the fence until one waits
-//!    again and its spin is answered. The sleep
-//!    arms no backstop: nothing here rests on how a platform delivers interrupts. While M
-//!    stands, each signal costs an `mfence` and a second load, no system call and no `lock`;
-//!    a waiter of the idle regime sleeps at the cost of a futex wait, like a waiter on a
-//!    `lock`ed word.
+//!    again and its spin is answered. The sleep arms no backstop: nothing here rests on how a
+//!    platform delivers interrupts. While M stands, each signal costs an `mfence` and a second
+//!    load (once acknowledged, no system call and no `lock`); a waiter of the idle regime
+//!    sleeps at the cost of a futex wait, like a waiter on a `lock`ed word.
 //!
 //! Where the only process-wide barrier is `membarrier(GLOBAL)`, which waits for an RCU grace
 //! period (milliseconds), the waiter does not issue it: it sleeps in naps of 4, 8, 16, … ms for
