@@ -109,8 +109,8 @@
 //!     futex_wait(S, s, min(deadline, 1 s))    // the 1 s after a barrier: a backstop, fact 3
 //!         (no IPI barrier here: naps of 4, 8, 16, … ms during the first second instead)
 //!     return Changed if V != v; TimedOut if the deadline passed
-//!     if S != s: the producer took our announcement (maybe an older waiter's), or
-//!         acknowledged a request: announce again
+//!     if S != s: the producer took our announcement (maybe an older waiter's), or a request
+//!         was acknowledged or withdrawn: announce again
 //! ```
 //!
 //! **The fast path** is a store, a load of a word that nobody writes while nobody waits (on a
@@ -135,8 +135,8 @@
 //! partner asleep during every spin and sleep through every hand-off for good. A new
 //! event count's first wait spins in full and decides alone: answered, the spins stay full;
 //! not, they turn short at once. The same learnt state decides fenced signals (fact 4):
-//! waiters whose spins go unanswered ask for them, and an answered spin withdraws the
-//! request. The lab's `rings` experiment measures both sides of the trade: the idle
+//! waiters whose spins go unanswered ask for them; a wait answered during its spin or within
+//! `SP_PROMPT` withdraws the request, and so does a trusting waiter that finds it standing. The lab's `rings` experiment measures both sides of the trade: the idle
 //! consumer's CPU time, and ping-pong on two CPUs and on one.
 //!
 //! **Why no wake-up is lost or late.** The producer's store to `V` and its load of `S` form
@@ -285,7 +285,7 @@ const SP_SPIN_TRUST: u32 = 8;
 /// A single-producer wait that went past its spin but was answered within this long counts
 /// as answered, and makes the next spins full again. Without it, two threads handing off to
 /// each other could both lose trust during a hiccup (a preempted vCPU) and then stay asleep
-/// for good: each one's partner is asleep too, so even a full probe spin (a few µs) ends
+/// for good: each one's partner is asleep too, so even a full spin (a few µs) ends
 /// before the partner's futex wake-up and context switch answer it (the lab's `rings` wake
 /// section measures that floor on each machine), and every hand-off pays a wake-up. A
 /// producer that signals rarely — the case short spins are for — keeps its waiter asleep for

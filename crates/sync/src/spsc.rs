@@ -79,8 +79,8 @@
 //! producer that pushes once a millisecond) asks for fenced signals: each push then also
 //! issues an `mfence` and wakes it, and the consumer sleeps with no barrier of its own (the
 //! event count's fact 4). A side about to block withdraws such a request from the other side's
-//! count (the other side has work then), so that pushes do not stay fenced once the consumer
-//! stops sleeping.
+//! count (the other side has work then): once the consumer stops sleeping, pushes stay fenced
+//! until it waits again or the producer finds the ring full.
 //!
 //! [`eventcount`]: crate::eventcount
 

@@ -389,8 +389,10 @@ fn idle_signals() -> u64 {
 /// waiters have no deadline, half one of 10 s, past the handshake's 3 s, which then counts a
 /// lost wake-up. Asserts that none is lost, and that none is late (a sleep that took the
 /// barrier or naps instead), with the sibling test's allowance where there is no IPI barrier;
-/// and, where fenced signals exist (x86-64), that sleeps relied on them at least once per 10
-/// signals (`SpEventCount::fenced_sleeps`), so that the fenced path is what was tested.
+/// and, where fenced signals exist (x86-64), that sleeps relied on them at least once per 20
+/// signals (`SpEventCount::fenced_sleeps`), so that the fenced path is what was tested (a low
+/// bar: busy loops beside the test make waits prompt, which withdraws requests, and thin the
+/// fenced sleeps out).
 #[test]
 fn single_producer_idle_regime_no_late_wakeups() {
     common::heartbeat();
@@ -483,7 +485,7 @@ fn single_producer_idle_regime_no_late_wakeups() {
     assert!(signals > 0);
     if cfg!(target_arch = "x86_64") {
         assert!(
-            fenced * 10 >= signals,
+            fenced * 20 >= signals,
             "{fenced} sleeps on fenced signals in {signals} signals: the fenced path went \
              almost untested"
         );
