@@ -21,7 +21,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::time::{Duration, Instant};
 
-use spindle_sync::eventcount::{EventCount, SpEventCount, TimedOut};
+use spindle_sync::eventcount::{EventCount, SpEventCount, SpProducer, TimedOut};
 use spindle_sync::fence::Method;
 use spindle_sync::Deadline;
 
@@ -289,6 +289,78 @@ fn bursts() -> u64 {
 /// per [`LATE_PER_WITHOUT_IPI_BARRIER`] bursts, the naps' bound.
 #[test]
 fn single_producer_no_late_wakeups() {
+    let run = sp_rounds(
+        bursts(),
+        |_, _| Some(Deadline::after(Duration::from_secs(1))),
+        |producer, rng| {
+            for _ in 0..1 + rng.below(4) {
+                producer.increment();
+            }
+        },
+    );
+    eprintln!(
+        "SpEventCount, bursts of 1-4 signals: {} bursts, {} waits ({} timed out), {} late \
+         wake-ups in {:.1} s; waiters issued {} barriers before sleeping",
+        run.rounds,
+        run.tally.waits.load(Relaxed),
+        run.tally.timeouts.load(Relaxed),
+        run.ec.late_wakeups(),
+        run.started.elapsed().as_secs_f64(),
+        run.ec.waiter_barriers()
+    );
+    run.assert_sound("bursts");
+}
+
+/// What a run of [`sp_rounds`] left behind.
+struct SpRun {
+    ec: SpEventCount,
+    tally: Tally,
+    /// Rounds the producer completed, each ended by a handshake.
+    rounds: u64,
+    started: Instant,
+}
+
+impl SpRun {
+    /// No wake-up lost, no `Ok(old)`, at least one round, and no late wake-up where an IPI
+    /// barrier closes the window (elsewhere at most one per [`LATE_PER_WITHOUT_IPI_BARRIER`]
+    /// rounds, the naps' bound); `what` names the rounds in messages.
+    fn assert_sound(&self, what: &str) {
+        let (late, rounds) = (self.ec.late_wakeups(), self.rounds);
+        assert_eq!(self.tally.lost_wakeups.load(Relaxed), 0, "lost wake-ups");
+        assert_eq!(
+            self.tally.same_version.load(Relaxed),
+            0,
+            "Ok(v) with v == old"
+        );
+        assert!(rounds > 0);
+        let method = spindle_sync::fence::heavy_method();
+        match method {
+            Method::MembarrierExpedited | Method::Mprotect => assert_eq!(
+                late,
+                0,
+                "{late} late wake-ups in {rounds} {what} although waiters close the window with {}",
+                method.name()
+            ),
+            _ => assert!(
+                late * LATE_PER_WITHOUT_IPI_BARRIER <= rounds.max(LATE_PER_WITHOUT_IPI_BARRIER),
+                "{late} late wake-ups in {rounds} {what}: more than one in \
+                 {LATE_PER_WITHOUT_IPI_BARRIER} (no IPI barrier: {})",
+                method.name()
+            ),
+        }
+    }
+}
+
+/// The single-producer late-wake-up harness: waiters (2 threads per CPU in all) re-read the
+/// version, report it and wait on it with `deadline(waiter, rng)` (which may also dawdle
+/// first), again and again; the producer runs up to `total` rounds (or as many as fit in
+/// `SPINDLE_STRESS_SECONDS`) of `round(producer, rng)`, each followed by a handshake that
+/// counts waiters left behind as lost wake-ups.
+fn sp_rounds(
+    total: u64,
+    deadline: impl Fn(usize, &mut Rng) -> Option<Deadline> + Sync,
+    round: impl Fn(&mut SpProducer<'_>, &mut Rng) + Sync,
+) -> SpRun {
     common::heartbeat();
     let ec = SpEventCount::new();
     let seen: Vec<AtomicU64> = (0..common::per_cpu(2, 4) - 1)
@@ -299,37 +371,37 @@ fn single_producer_no_late_wakeups() {
     let started = Instant::now();
     let done = AtomicU64::new(0);
     std::thread::scope(|s| {
-        for seen_i in &seen {
-            let (ec, stop, tally) = (&ec, &stop, &tally);
-            s.spawn(move || loop {
-                let old = ec.value();
-                if stop.load(Acquire) {
-                    break;
-                }
-                seen_i.store(old, Release);
-                tally.waits.fetch_add(1, Relaxed);
-                let deadline = Deadline::after(Duration::from_secs(1));
-                match ec.wait(old, Some(deadline)) {
-                    Ok(v) if v == old => {
-                        tally.same_version.fetch_add(1, Relaxed);
+        for (i, seen_i) in seen.iter().enumerate() {
+            let (ec, stop, tally, deadline) = (&ec, &stop, &tally, &deadline);
+            s.spawn(move || {
+                let mut rng = Rng(0x1d1e_5eed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                loop {
+                    let old = ec.value();
+                    if stop.load(Acquire) {
+                        break;
                     }
-                    Ok(_) => {}
-                    Err(TimedOut) => {
-                        tally.timeouts.fetch_add(1, Relaxed);
+                    seen_i.store(old, Release);
+                    let deadline = deadline(i, &mut rng);
+                    tally.waits.fetch_add(1, Relaxed);
+                    match ec.wait(old, deadline) {
+                        Ok(v) if v == old => {
+                            tally.same_version.fetch_add(1, Relaxed);
+                        }
+                        Ok(_) => {}
+                        Err(TimedOut) => {
+                            tally.timeouts.fetch_add(1, Relaxed);
+                        }
                     }
                 }
             });
         }
-        let (ec, seen, tally, stop, done) = (&ec, &seen, &tally, &stop, &done);
+        let (ec, seen, tally, stop, done, round) = (&ec, &seen, &tally, &stop, &done, &round);
         s.spawn(move || {
             let mut producer = ec.producer().expect("the only producer");
             let mut rng = Rng(0x5eed_1a7e_0b57_f00d);
-            let total = bursts();
             let mut n = 0;
             while n < total && started.elapsed() < time_limit() {
-                for _ in 0..1 + rng.below(4) {
-                    producer.increment();
-                }
+                round(&mut producer, &mut rng);
                 handshake(ec, ec.value(), seen, tally);
                 n += 1;
             }
@@ -338,35 +410,12 @@ fn single_producer_no_late_wakeups() {
             producer.increment();
         });
     });
-    let late = ec.late_wakeups();
-    eprintln!(
-        "SpEventCount, bursts of 1-4 signals: {} bursts, {} waits ({} timed out), {late} late \
-         wake-ups in {:.1} s; waiters issued {} barriers before sleeping",
-        done.load(Relaxed),
-        tally.waits.load(Relaxed),
-        tally.timeouts.load(Relaxed),
-        started.elapsed().as_secs_f64(),
-        ec.waiter_barriers()
-    );
-    let bursts = done.load(Relaxed);
-    let method = spindle_sync::fence::heavy_method();
-    match method {
-        Method::MembarrierExpedited | Method::Mprotect => assert_eq!(
-            late,
-            0,
-            "{late} late wake-ups in {bursts} bursts although waiters close the window with {}",
-            method.name()
-        ),
-        _ => assert!(
-            late * LATE_PER_WITHOUT_IPI_BARRIER <= bursts.max(LATE_PER_WITHOUT_IPI_BARRIER),
-            "{late} late wake-ups in {bursts} bursts: more than one in \
-             {LATE_PER_WITHOUT_IPI_BARRIER} (no IPI barrier: {})",
-            method.name()
-        ),
+    SpRun {
+        ec,
+        tally,
+        rounds: done.into_inner(),
+        started,
     }
-    assert_eq!(tally.lost_wakeups.load(Relaxed), 0, "lost wake-ups");
-    assert_eq!(tally.same_version.load(Relaxed), 0, "Ok(v) with v == old");
-    assert!(done.load(Relaxed) > 0);
 }
 
 /// Signals the idle-regime test sends: `SPINDLE_STRESS_IDLE_SIGNALS` (default 3 000, about
@@ -395,94 +444,39 @@ fn idle_signals() -> u64 {
 /// fenced sleeps out).
 #[test]
 fn single_producer_idle_regime_no_late_wakeups() {
-    common::heartbeat();
-    let ec = SpEventCount::new();
-    let seen: Vec<AtomicU64> = (0..common::per_cpu(2, 4) - 1)
-        .map(|_| AtomicU64::new(0))
-        .collect();
-    let stop = AtomicBool::new(false);
-    let tally = Tally::default();
-    let started = Instant::now();
-    let done = AtomicU64::new(0);
-    std::thread::scope(|s| {
-        for (i, seen_i) in seen.iter().enumerate() {
-            let (ec, stop, tally) = (&ec, &stop, &tally);
-            s.spawn(move || {
-                let mut rng = Rng(0x1d1e_5eed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-                loop {
-                    let old = ec.value();
-                    if stop.load(Acquire) {
-                        break;
-                    }
-                    seen_i.store(old, Release);
-                    if rng.below(16) == 0 {
-                        std::thread::sleep(Duration::from_micros(rng.below(1500)));
-                    }
-                    tally.waits.fetch_add(1, Relaxed);
-                    let deadline = (i % 2 == 1).then(|| Deadline::after(Duration::from_secs(10)));
-                    match ec.wait(old, deadline) {
-                        Ok(v) if v == old => {
-                            tally.same_version.fetch_add(1, Relaxed);
-                        }
-                        Ok(_) => {}
-                        Err(TimedOut) => {
-                            tally.timeouts.fetch_add(1, Relaxed);
-                        }
-                    }
-                }
-            });
-        }
-        let (ec, seen, tally, stop, done) = (&ec, &seen, &tally, &stop, &done);
-        s.spawn(move || {
-            let mut producer = ec.producer().expect("the only producer");
-            let mut rng = Rng(0x0dd_ba11_5eed);
-            let total = idle_signals();
-            let mut n = 0;
-            while n < total && started.elapsed() < time_limit() {
-                std::thread::sleep(Duration::from_micros(300 + rng.below(1200)));
-                producer.increment();
-                handshake(ec, ec.value(), seen, tally);
-                n += 1;
+    let run = sp_rounds(
+        idle_signals(),
+        |i, rng| {
+            if rng.below(16) == 0 {
+                std::thread::sleep(Duration::from_micros(rng.below(1500)));
             }
-            done.store(n, Relaxed);
-            stop.store(true, Release);
+            (i % 2 == 1).then(|| Deadline::after(Duration::from_secs(10)))
+        },
+        |producer, rng| {
+            std::thread::sleep(Duration::from_micros(300 + rng.below(1200)));
             producer.increment();
-        });
-    });
-    let (late, waits, barriers, fenced) = (
-        ec.late_wakeups(),
-        tally.waits.load(Relaxed),
-        ec.waiter_barriers(),
-        ec.fenced_sleeps(),
+        },
     );
-    let signals = done.load(Relaxed);
+    let (signals, waits, fenced) = (
+        run.rounds,
+        run.tally.waits.load(Relaxed),
+        run.ec.fenced_sleeps(),
+    );
     eprintln!(
-        "SpEventCount, idle regime: {signals} signals, {waits} waits ({} timed out), {late} late \
-         wake-ups in {:.1} s; waiters slept {fenced} times on fenced signals and issued \
-         {barriers} barriers before sleeping",
-        tally.timeouts.load(Relaxed),
-        started.elapsed().as_secs_f64(),
+        "SpEventCount, idle regime: {signals} signals, {waits} waits ({} timed out), {} late \
+         wake-ups in {:.1} s; waiters slept {fenced} times on fenced signals and issued {} \
+         barriers before sleeping",
+        run.tally.timeouts.load(Relaxed),
+        run.ec.late_wakeups(),
+        run.started.elapsed().as_secs_f64(),
+        run.ec.waiter_barriers(),
     );
-    assert_eq!(tally.lost_wakeups.load(Relaxed), 0, "lost wake-ups");
-    assert_eq!(tally.same_version.load(Relaxed), 0, "Ok(v) with v == old");
+    run.assert_sound("signals");
     assert_eq!(
-        tally.timeouts.load(Relaxed),
+        run.tally.timeouts.load(Relaxed),
         0,
         "a wait timed out after 10 s"
     );
-    let method = spindle_sync::fence::heavy_method();
-    match method {
-        Method::MembarrierExpedited | Method::Mprotect => {
-            assert_eq!(late, 0, "{late} late wake-ups in {signals} signals")
-        }
-        _ => assert!(
-            late * LATE_PER_WITHOUT_IPI_BARRIER <= signals.max(LATE_PER_WITHOUT_IPI_BARRIER),
-            "{late} late wake-ups in {signals} signals: more than one in \
-             {LATE_PER_WITHOUT_IPI_BARRIER} (no IPI barrier: {})",
-            method.name()
-        ),
-    }
-    assert!(signals > 0);
     if cfg!(target_arch = "x86_64") {
         assert!(
             fenced * 20 >= signals,
