@@ -1,0 +1,239 @@
+//! Each worker's deque of shared jobs: a Chase–Lev work-stealing deque of fixed capacity (a
+//! push to a full deque fails and the caller puts the job elsewhere, so the ring never grows
+//! and no old ring needs reclaiming).
+//!
+//! Only jobs that another worker may take go here: spawned tasks, and join halves a worker
+//! promoted because a thief asked for work (see `registry`). A join that nobody asked about
+//! never touches this deque.
+//!
+//! # Protocol (Chase and Lev 2005; the C11 orderings of Lê, Pop, Cohen and Zappa Nardelli 2013)
+//!
+//! Words: `bottom` (written by the owner only), `top` (advanced by a CAS, by the owner taking
+//! the last job or by a thief), and the ring of slots; slot `i mod capacity` holds job `i`.
+//! Jobs `[top, bottom)` are in the deque.
+//!
+//! - **push** (owner): `b = bottom; t = top (Acquire)`; full if `b − t = capacity`; write slot
+//!   `b`; `bottom = b + 1` (Release: the slot's contents, and the job's closure behind it,
+//!   happen-before a thief's Acquire load of `bottom` that shows it). On x86-64 that is two
+//!   plain stores and a plain store: **no `lock`ed instruction and no fence**.
+//! - **pop** (owner, LIFO): `bottom = b − 1`; a `SeqCst` fence; `t = top`. If `t < b` the job at
+//!   `b − 1` is the owner's with no race (a thief that read `bottom` before the decrement sees
+//!   `top` already beyond it, and its CAS fails). If `t = b − 1` it is the last job: owner and
+//!   thieves race with a CAS on `top`. The fence is what stops the owner's decrement of
+//!   `bottom` and a thief's increment of `top` from both passing each other unseen (a
+//!   store-buffering pattern: each writes one word and reads the other).
+//! - **steal** (any thread, FIFO): `t = top (Acquire)`; a `SeqCst` fence; `b = bottom
+//!   (Acquire)`; if `t < b`, read slot `t` and CAS `top` from `t` to `t + 1`: the CAS is the
+//!   linearisation point, and a failed CAS discards what was read.
+//!
+//! A thief may read a slot the owner is overwriting: the owner writes slot `t + capacity` only
+//! after it saw `top > t`, so such a thief's CAS from `t` fails and its (torn) read is thrown
+//! away. Slots are two atomic words so that the racy read is not a data race.
+//!
+//! Linearisation points: push, the Release store of `bottom`; pop, the load of `top` after the
+//! fence (or the CAS for the last job); steal, the CAS (or the load of `bottom` when empty).
+
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+
+use crate::job::JobRef;
+use crate::primitives::{fence, AtomicIsize, AtomicUsize, CachePadded};
+
+/// Slots per worker deque: enough for the spawns of a scope between two pops; a push beyond it
+/// goes to the pool's injector.
+pub(crate) const CAPACITY: usize = 1 << 12;
+
+struct Slot {
+    data: AtomicUsize,
+    exec: AtomicUsize,
+}
+
+pub(crate) struct Deque {
+    bottom: CachePadded<AtomicIsize>,
+    top: CachePadded<AtomicIsize>,
+    slots: Box<[Slot]>,
+}
+
+/// What a steal found.
+#[derive(Debug)]
+pub(crate) enum Steal {
+    Empty,
+    /// Lost a race with the owner or another thief: try again.
+    Retry,
+    Success(JobRef),
+}
+
+impl Deque {
+    pub(crate) fn new() -> Deque {
+        Deque::with_capacity(CAPACITY)
+    }
+
+    pub(crate) fn with_capacity(capacity: usize) -> Deque {
+        assert!(capacity.is_power_of_two());
+        Deque {
+            bottom: CachePadded(AtomicIsize::new(0)),
+            top: CachePadded(AtomicIsize::new(0)),
+            slots: (0..capacity)
+                .map(|_| Slot {
+                    data: AtomicUsize::new(0),
+                    exec: AtomicUsize::new(0),
+                })
+                .collect(),
+        }
+    }
+
+    #[inline]
+    fn slot(&self, i: isize) -> &Slot {
+        &self.slots[i as usize & (self.slots.len() - 1)]
+    }
+
+    /// Jobs in the deque now, as a racy estimate (never negative).
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        let b = self.bottom.load(Relaxed);
+        let t = self.top.load(Relaxed);
+        b.saturating_sub(t).max(0) as usize
+    }
+
+    /// Push a job; the owner only. Gives the job back if the deque is full.
+    #[inline]
+    pub(crate) fn push(&self, job: JobRef) -> Result<(), JobRef> {
+        let b = self.bottom.load(Relaxed);
+        let t = self.top.load(Acquire);
+        if b - t >= self.slots.len() as isize {
+            return Err(job);
+        }
+        let (data, exec) = job.into_words();
+        let s = self.slot(b);
+        s.data.store(data, Relaxed);
+        s.exec.store(exec, Relaxed);
+        self.bottom.store(b + 1, Release);
+        Ok(())
+    }
+
+    /// Take the newest job; the owner only.
+    #[inline]
+    pub(crate) fn pop(&self) -> Option<JobRef> {
+        let b = self.bottom.load(Relaxed) - 1;
+        self.bottom.store(b, Relaxed);
+        fence(SeqCst);
+        let t = self.top.load(Relaxed);
+        if t > b {
+            self.bottom.store(b + 1, Relaxed);
+            return None;
+        }
+        let s = self.slot(b);
+        let words = (s.data.load(Relaxed), s.exec.load(Relaxed));
+        if t == b {
+            let won = self.top.compare_exchange(t, t + 1, SeqCst, Relaxed).is_ok();
+            self.bottom.store(b + 1, Relaxed);
+            if !won {
+                return None;
+            }
+        }
+        // SAFETY: the words were written by `push` from a JobRef, and this pop owns job `b`.
+        Some(unsafe { JobRef::from_words(words) })
+    }
+
+    /// Take the oldest job; any thread.
+    #[inline]
+    pub(crate) fn steal(&self) -> Steal {
+        let t = self.top.load(Acquire);
+        fence(SeqCst);
+        let b = self.bottom.load(Acquire);
+        if t >= b {
+            return Steal::Empty;
+        }
+        let s = self.slot(t);
+        let words = (s.data.load(Relaxed), s.exec.load(Relaxed));
+        if self
+            .top
+            .compare_exchange(t, t + 1, SeqCst, Relaxed)
+            .is_err()
+        {
+            return Steal::Retry;
+        }
+        // SAFETY: the CAS made job `t` ours, so the slot held job `t` as pushed (the owner
+        // overwrites it only once `top` has passed `t`).
+        Steal::Success(unsafe { JobRef::from_words(words) })
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::Arc;
+
+    fn job(n: usize) -> JobRef {
+        // SAFETY: never executed; the words only identify the job in the model.
+        unsafe { JobRef::from_words((n, n)) }
+    }
+
+    /// Owner pushes two jobs and pops until empty while a thief steals until empty: every job
+    /// is taken exactly once (the race for the last job included), none is lost. (Without the
+    /// fence in `pop`, the thief's second steal and the owner's pop both take job 2.)
+    #[test]
+    fn pop_and_steal_take_each_job_once() {
+        loom::model(|| {
+            let d = Arc::new(Deque::with_capacity(2));
+            d.push(job(1)).unwrap();
+            d.push(job(2)).unwrap();
+            let thief = {
+                let d = d.clone();
+                loom::thread::spawn(move || {
+                    let mut got = Vec::new();
+                    while got.len() < 2 {
+                        match d.steal() {
+                            Steal::Success(j) => got.push(j.into_words().0),
+                            Steal::Empty => break,
+                            Steal::Retry => loom::thread::yield_now(),
+                        }
+                    }
+                    got
+                })
+            };
+            let mut mine = Vec::new();
+            while let Some(j) = d.pop() {
+                mine.push(j.into_words().0);
+            }
+            let stolen = thief.join().unwrap();
+            let mut all = mine.clone();
+            all.extend(stolen.iter().copied());
+            all.sort_unstable();
+            assert_eq!(all, vec![1, 2], "owner took {mine:?}, thief {stolen:?}");
+        });
+    }
+
+    /// A push after a concurrent steal emptied the deque reuses the slot: the thief never
+    /// returns the new job twice or a torn one.
+    #[test]
+    fn push_over_a_stolen_slot() {
+        loom::model(|| {
+            let d = Arc::new(Deque::with_capacity(1));
+            d.push(job(1)).unwrap();
+            let thief = {
+                let d = d.clone();
+                loom::thread::spawn(move || {
+                    let mut got = Vec::new();
+                    for _ in 0..2 {
+                        if let Steal::Success(j) = d.steal() {
+                            got.push(j.into_words());
+                        }
+                    }
+                    got
+                })
+            };
+            let mut mine = Vec::new();
+            match d.push(job(2)) {
+                Ok(()) => {}
+                Err(j) => mine.push(j.into_words()), // full: kept by the owner
+            }
+            while let Some(j) = d.pop() {
+                mine.push(j.into_words());
+            }
+            let got = thief.join().unwrap();
+            let mut all: Vec<_> = mine.iter().chain(got.iter()).copied().collect();
+            all.sort_unstable();
+            assert_eq!(all, vec![(1, 1), (2, 2)], "owner {mine:?}, thief {got:?}");
+        });
+    }
+}

@@ -1,0 +1,677 @@
+//! The pool's shared state (`Registry`), its workers, and the scheduling: where jobs go, how a
+//! worker finds one, how a join stays local until somebody asks for work.
+//!
+//! # Where jobs live
+//!
+//! - **The local stack** of each worker (owner-only memory, no atomics): the second half of
+//!   every join in progress on that worker, oldest first. A join pushes its half here and pops
+//!   it back when its first half returns, then calls it like a function: when nobody asks for
+//!   work, a join is a few plain stores and loads.
+//! - **The deque** of each worker (see `deque`): jobs other workers may take — spawns, and join
+//!   halves *promoted* from the local stack.
+//! - **The injector**: jobs from outside the pool (`install`, spawns from other threads), and
+//!   pushes that found a deque full.
+//! - **The mailbox** of each worker: `fork_on`/`spawn_on` jobs that only that worker runs.
+//!
+//! # Lazy promotion (receiver-initiated stealing)
+//!
+//! An idle worker that finds no job anywhere raises the `wanted` flag of another worker (one
+//! per spin round, round robin) and keeps looking. A worker checks its own flag at every join
+//! (a load of its own cache line) and in the blocks of the parallel loops; when it is raised,
+//! it lowers it and moves its *oldest* local join half — the largest piece of work it holds —
+//! to its deque, where the thief steals it, and wakes a sleeper if one has announced itself.
+//! The promoted half is then an ordinary shared job: the join that owns it waits for its latch
+//! after its first half, running other jobs meanwhile (its own deque first, so it takes its
+//! half back itself if nobody stole it). Idle workers stop asking when they go to sleep; the
+//! first join of a job on an otherwise empty local stack wakes one sleeper so that there is
+//! somebody to ask (a tiny task that never joins wakes nobody).
+//!
+//! Why a promoted half's stack frame outlives every use: the join does not return (nor unwind
+//! past its frame) before the half's latch is set, and the latch is the last thing the job's
+//! runner touches (see `job::Latch::set`).
+//!
+//! # Finding work
+//!
+//! Own mailbox, own deque (LIFO), the injector, then the other deques from a random one (FIFO
+//! steals). A worker that stole from a deque that still holds jobs wakes another sleeper, so
+//! that a burst of spawns spreads to every sleeper one wake at a time. With nothing found, a
+//! worker spins (asking for work as above) for `spin`, then sleeps (see `sleep`).
+
+use std::any::Any;
+use std::cell::{Cell, UnsafeCell};
+use std::collections::VecDeque;
+use std::marker::PhantomData;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{
+    AtomicBool, AtomicUsize,
+    Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst},
+};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::deque::{Deque, Steal};
+use crate::job::{HeapJob, JobRef, Latch, Owner, StackJob};
+use crate::primitives::{spin_loop, CachePadded};
+use crate::sleep::Sleep;
+
+pub(crate) type PanicHandler = Box<dyn Fn(Box<dyn Any + Send>) + Send + Sync>;
+pub(crate) type IndexHandler = Box<dyn Fn(usize) + Send + Sync>;
+
+/// What other threads see of a worker.
+pub(crate) struct WorkerShared {
+    pub(crate) deque: Deque,
+    wanted: CachePadded<AtomicBool>,
+    mailbox: CachePadded<(Mutex<VecDeque<JobRef>>, AtomicUsize)>,
+    pub(crate) cpu: Option<usize>,
+}
+
+pub(crate) struct Registry {
+    pub(crate) workers: Box<[WorkerShared]>,
+    injector: CachePadded<(Mutex<VecDeque<JobRef>>, AtomicUsize)>,
+    pub(crate) sleep: Sleep,
+    terminating: AtomicBool,
+    /// How long an idle worker looks for work before it sleeps.
+    spin: Duration,
+    panic_handler: Option<PanicHandler>,
+    start_handler: Option<IndexHandler>,
+    exit_handler: Option<IndexHandler>,
+    /// Workers still running, and a word the last one to exit sets (for `shutdown`).
+    live: AtomicUsize,
+    exited: Latch,
+}
+
+pub(crate) struct RegistryConfig {
+    pub(crate) cpus: Vec<Option<usize>>,
+    pub(crate) spin: Duration,
+    pub(crate) panic_handler: Option<PanicHandler>,
+    pub(crate) start_handler: Option<IndexHandler>,
+    pub(crate) exit_handler: Option<IndexHandler>,
+}
+
+impl Registry {
+    pub(crate) fn new(config: RegistryConfig) -> Registry {
+        let n = config.cpus.len();
+        Registry {
+            workers: config
+                .cpus
+                .iter()
+                .map(|&cpu| WorkerShared {
+                    deque: Deque::new(),
+                    wanted: CachePadded(AtomicBool::new(false)),
+                    mailbox: CachePadded((Mutex::new(VecDeque::new()), AtomicUsize::new(0))),
+                    cpu,
+                })
+                .collect(),
+            injector: CachePadded((Mutex::new(VecDeque::new()), AtomicUsize::new(0))),
+            sleep: Sleep::new(n),
+            terminating: AtomicBool::new(false),
+            spin: config.spin,
+            panic_handler: config.panic_handler,
+            start_handler: config.start_handler,
+            exit_handler: config.exit_handler,
+            live: AtomicUsize::new(n),
+            exited: Latch::for_thread(),
+        }
+    }
+
+    pub(crate) fn num_threads(&self) -> usize {
+        self.workers.len()
+    }
+
+    pub(crate) fn spin_duration(&self) -> Duration {
+        self.spin
+    }
+
+    /// A job from outside the pool (or from a full deque): any worker may run it.
+    pub(crate) fn inject(&self, job: JobRef) {
+        let (queue, len) = &*self.injector;
+        {
+            let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
+            q.push_back(job);
+            len.fetch_add(1, SeqCst);
+        }
+        self.sleep.notify_one();
+    }
+
+    /// A job only worker `index` runs.
+    pub(crate) fn post(&self, index: usize, job: JobRef) {
+        let (queue, len) = &*self.workers[index].mailbox;
+        {
+            let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
+            q.push_back(job);
+            len.fetch_add(1, SeqCst);
+        }
+        self.sleep.notify_worker(index);
+    }
+
+    fn take_injected(&self) -> Option<JobRef> {
+        let (queue, len) = &*self.injector;
+        if len.load(Relaxed) == 0 {
+            return None;
+        }
+        let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
+        let job = q.pop_front()?;
+        let left = len.fetch_sub(1, SeqCst) - 1;
+        drop(q);
+        if left > 0 {
+            self.sleep.notify_one();
+        }
+        Some(job)
+    }
+
+    /// Whether worker `index` has anything to run, as far as a racy look can tell.
+    fn has_work(&self, index: usize) -> bool {
+        self.injector.1.load(Relaxed) > 0
+            || self.workers[index].mailbox.1.load(Relaxed) > 0
+            || self.workers.iter().any(|w| w.deque.len() > 0)
+    }
+
+    /// The worker pinned to `cpu`, if any.
+    pub(crate) fn worker_on(&self, cpu: usize) -> Option<usize> {
+        self.workers.iter().position(|w| w.cpu == Some(cpu))
+    }
+
+    /// Stop the workers once every queued job has run (they keep running jobs until then).
+    pub(crate) fn terminate(&self) {
+        self.terminating.store(true, SeqCst);
+        self.sleep.notify_all();
+    }
+
+    /// Block until every worker has exited (after `terminate`).
+    pub(crate) fn wait_exited(&self) {
+        self.exited.wait_blocking();
+    }
+
+    /// A spawned job panicked: the builder's handler, or a message on stderr.
+    pub(crate) fn handle_panic(&self, payload: Box<dyn Any + Send>) {
+        match &self.panic_handler {
+            Some(h) => {
+                // A panicking handler must not take the worker down with it.
+                let _ = catch_unwind(AssertUnwindSafe(|| h(payload)));
+            }
+            None => {
+                let msg = payload
+                    .downcast_ref::<&str>()
+                    .copied()
+                    .or_else(|| payload.downcast_ref::<String>().map(|s| s.as_str()))
+                    .unwrap_or("(a non-string payload)");
+                eprintln!("spindle-pool: a spawned task panicked: {msg}");
+            }
+        }
+    }
+}
+
+/// One entry of a worker's local stack: a join half, and where its join learns that it was
+/// promoted.
+#[derive(Clone, Copy)]
+struct LocalJob {
+    data: *const (),
+    exec: unsafe fn(*const ()),
+    promoted: *const Cell<bool>,
+}
+
+/// A worker, on its own thread's stack.
+pub(crate) struct WorkerThread {
+    pub(crate) index: usize,
+    pub(crate) registry: Arc<Registry>,
+    shared: *const WorkerShared,
+    /// Live entries are `jobs[front..]`; promotions advance `front`.
+    local: UnsafeCell<(Vec<LocalJob>, usize)>,
+    rng: Cell<u64>,
+}
+
+thread_local! {
+    static CURRENT: Cell<*const WorkerThread> = const { Cell::new(std::ptr::null()) };
+}
+
+/// The worker running on this thread, if any.
+#[inline]
+pub(crate) fn current() -> Option<&'static WorkerThread> {
+    let p = CURRENT.with(|c| c.get());
+    // SAFETY: set by `worker_main` to a WorkerThread that lives on that thread's stack until
+    // it resets the pointer, and only this thread reads it; 'static is a white lie bounded by
+    // the callers, which never keep the reference beyond the job they run.
+    unsafe { p.as_ref() }
+}
+
+/// The body of worker thread `index`.
+pub(crate) fn worker_main(registry: Arc<Registry>, index: usize) {
+    if let Some(cpu) = registry.workers[index].cpu {
+        let mut set = rustix::thread::CpuSet::new();
+        set.set(cpu);
+        let _ = rustix::thread::sched_setaffinity(None, &set);
+    }
+    let worker = WorkerThread {
+        index,
+        shared: &registry.workers[index],
+        registry: registry.clone(),
+        local: UnsafeCell::new((Vec::with_capacity(64), 0)),
+        rng: Cell::new(
+            0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03),
+        ),
+    };
+    CURRENT.with(|c| c.set(&worker));
+    if let Some(h) = &registry.start_handler {
+        let _ = catch_unwind(AssertUnwindSafe(|| h(index)));
+    }
+    worker.main_loop();
+    if let Some(h) = &registry.exit_handler {
+        let _ = catch_unwind(AssertUnwindSafe(|| h(index)));
+    }
+    CURRENT.with(|c| c.set(std::ptr::null()));
+    drop(worker);
+    if registry.live.fetch_sub(1, AcqRel) == 1 {
+        // SAFETY: the latch lives in the registry, which this thread holds alive.
+        unsafe { Latch::set(&registry.exited) };
+    }
+}
+
+impl WorkerThread {
+    #[inline]
+    fn shared(&self) -> &WorkerShared {
+        // SAFETY: points into `self.registry`, which `self` holds alive.
+        unsafe { &*self.shared }
+    }
+
+    fn main_loop(&self) {
+        loop {
+            if let Some(job) = self.find_work() {
+                job.execute();
+                continue;
+            }
+            if !self.idle(None) {
+                return;
+            }
+        }
+    }
+
+    /// Whether another worker asked this one for work.
+    #[inline]
+    pub(crate) fn is_wanted(&self) -> bool {
+        self.shared().wanted.load(Relaxed)
+    }
+
+    /// Push a job other workers may take (a spawn): the deque, or the injector if it is full.
+    pub(crate) fn push(&self, job: JobRef) {
+        match self.shared().deque.push(job) {
+            Ok(()) => {
+                self.registry.sleep.notify_one();
+            }
+            Err(job) => self.registry.inject(job),
+        }
+    }
+
+    /// Run `a` here and `b` here or on a thief; see the module documentation.
+    #[inline]
+    pub(crate) fn join<A, B, RA, RB>(&self, a: A, b: B) -> (RA, RB)
+    where
+        A: FnOnce() -> RA + Send,
+        B: FnOnce() -> RB + Send,
+        RA: Send,
+        RB: Send,
+    {
+        let job_b = StackJob::new(
+            b,
+            Latch::new(Owner::Worker {
+                registry: &*self.registry,
+                index: self.index,
+            }),
+        );
+        let promoted = Cell::new(false);
+        // SAFETY: `job_b` stays in this frame until it runs inline or its latch is set: the
+        // guard below waits for the latch if `a` unwinds.
+        let first = unsafe { self.push_local(job_b.as_job_ref(), &promoted) };
+        if first {
+            self.wake_a_helper();
+        }
+        if self.is_wanted() {
+            self.promote();
+        }
+        let guard = JoinGuard {
+            worker: self,
+            promoted: &promoted,
+            latch: &job_b.latch,
+        };
+        let ra = a();
+        std::mem::forget(guard);
+        if !promoted.get() {
+            self.pop_local();
+            let rb = job_b.run_inline();
+            return (ra, rb);
+        }
+        self.wait_until(&job_b.latch);
+        (ra, job_b.into_result())
+    }
+
+    /// The first join of a job on an empty local stack: wake a sleeper, if any, so that
+    /// somebody can ask this worker for work.
+    #[cold]
+    pub(crate) fn wake_a_helper(&self) {
+        if self.registry.sleep.has_sleepers() {
+            self.registry.sleep.notify_one();
+        }
+    }
+
+    /// Push a join half; returns whether the local stack was empty.
+    ///
+    /// # Safety
+    /// `job` and `promoted` must stay valid until popped or promoted and run.
+    #[inline]
+    unsafe fn push_local(&self, job: JobRef, promoted: &Cell<bool>) -> bool {
+        // SAFETY: owner-only memory, and no reference to it is held across calls.
+        let (jobs, front) = unsafe { &mut *self.local.get() };
+        let was_empty = jobs.len() == *front;
+        let (data, exec) = job.into_words();
+        jobs.push(LocalJob {
+            data: data as *const (),
+            // SAFETY: `exec` is the job's function, as `into_words` wrote it.
+            exec: unsafe { std::mem::transmute::<usize, unsafe fn(*const ())>(exec) },
+            promoted,
+        });
+        was_empty
+    }
+
+    /// Pop this join's own half (not promoted, so it is the newest entry).
+    #[inline]
+    fn pop_local(&self) {
+        // SAFETY: owner-only memory, and no reference to it is held across calls.
+        let (jobs, front) = unsafe { &mut *self.local.get() };
+        debug_assert!(jobs.len() > *front);
+        jobs.pop();
+        if jobs.len() == *front {
+            jobs.clear();
+            *front = 0;
+        }
+    }
+
+    /// Another worker asked: move the oldest local join half to the deque.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn promote(&self) {
+        let shared = self.shared();
+        shared.wanted.store(false, Relaxed);
+        // SAFETY: owner-only memory, and no reference to it is held across calls.
+        let (jobs, front) = unsafe { &mut *self.local.get() };
+        if jobs.len() == *front {
+            return;
+        }
+        let entry = jobs[*front];
+        // SAFETY: the entry came from a StackJob still in its join's frame (push_local).
+        let job = unsafe { JobRef::new(entry.data, entry.exec) };
+        if shared.deque.push(job).is_err() {
+            return; // full: the half stays local
+        }
+        *front += 1;
+        // SAFETY: the join that owns the entry is still running (it is below this call).
+        unsafe { (*entry.promoted).set(true) };
+        self.registry.sleep.notify_one();
+    }
+
+    /// Run other jobs until `latch` is set, sleeping when there are none.
+    pub(crate) fn wait_until(&self, latch: &Latch) {
+        while !latch.probe() {
+            if let Some(job) = self.find_work() {
+                job.execute();
+                continue;
+            }
+            self.idle(Some(latch));
+        }
+    }
+
+    fn find_work(&self) -> Option<JobRef> {
+        let shared = self.shared();
+        let (mailbox, posted) = &*shared.mailbox;
+        if posted.load(Relaxed) > 0 {
+            let mut q = mailbox.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(job) = q.pop_front() {
+                posted.fetch_sub(1, Relaxed);
+                return Some(job);
+            }
+        }
+        if shared.deque.len() > 0 {
+            if let Some(job) = shared.deque.pop() {
+                return Some(job);
+            }
+        }
+        if let Some(job) = self.registry.take_injected() {
+            return Some(job);
+        }
+        self.steal()
+    }
+
+    fn next_random(&self) -> u64 {
+        // xorshift64*
+        let mut x = self.rng.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng.set(x);
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn steal(&self) -> Option<JobRef> {
+        let workers = &self.registry.workers;
+        let n = workers.len();
+        if n < 2 {
+            return None;
+        }
+        let start = (self.next_random() % n as u64) as usize;
+        for k in 0..n {
+            let v = (start + k) % n;
+            if v == self.index {
+                continue;
+            }
+            loop {
+                match workers[v].deque.steal() {
+                    Steal::Success(job) => {
+                        if workers[v].deque.len() > 0 {
+                            self.registry.sleep.notify_one();
+                        }
+                        return Some(job);
+                    }
+                    Steal::Empty => break,
+                    Steal::Retry => spin_loop(),
+                }
+            }
+        }
+        None
+    }
+
+    /// Nothing to run: spin for a while asking for work, then sleep. Returns `false` when the
+    /// pool is shutting down and there is nothing left to run (only outside a wait).
+    fn idle(&self, latch: Option<&Latch>) -> bool {
+        let registry = &*self.registry;
+        let done = || latch.is_some_and(|l| l.probe());
+        let start = Instant::now();
+        let n = registry.workers.len();
+        let mut round = 0usize;
+        loop {
+            if done() || registry.has_work(self.index) {
+                return true;
+            }
+            if latch.is_none() && registry.terminating.load(Acquire) {
+                return false;
+            }
+            if n > 1 {
+                let victim = (self.index + 1 + round % (n - 1)) % n;
+                let wanted = &registry.workers[victim].wanted;
+                if !wanted.load(Relaxed) {
+                    wanted.store(true, Relaxed);
+                }
+            }
+            for _ in 0..32 {
+                spin_loop();
+            }
+            round += 1;
+            if start.elapsed() >= registry.spin {
+                break;
+            }
+        }
+        let stopping = || latch.is_none() && registry.terminating.load(Acquire);
+        registry.sleep.sleep(self.index, || {
+            done() || stopping() || registry.has_work(self.index)
+        });
+        true
+    }
+}
+
+/// Unwinding out of a join's first half: the second must not be left behind.
+struct JoinGuard<'a> {
+    worker: &'a WorkerThread,
+    promoted: &'a Cell<bool>,
+    latch: &'a Latch,
+}
+
+impl Drop for JoinGuard<'_> {
+    fn drop(&mut self) {
+        if self.promoted.get() {
+            // Another worker may hold the half: wait until it ran (its result is dropped).
+            self.worker.wait_until(self.latch);
+        } else {
+            self.worker.pop_local();
+        }
+    }
+}
+
+/// Run `f` on a worker of `registry` and return its result, from a thread that is not one of
+/// its workers: inject it and wait (a worker of another pool runs that pool's jobs meanwhile).
+pub(crate) fn in_worker_cold<F, R>(registry: &Arc<Registry>, f: F) -> R
+where
+    F: FnOnce() -> R + Send,
+    R: Send,
+{
+    match current() {
+        Some(w) => {
+            let job = StackJob::new(
+                f,
+                Latch::new(Owner::CrossWorker {
+                    registry: w.registry.clone(),
+                    index: w.index,
+                }),
+            );
+            // SAFETY: `job` stays here until its latch is set (we wait for it below).
+            registry.inject(unsafe { job.as_job_ref() });
+            w.wait_until(&job.latch);
+            job.into_result()
+        }
+        None => {
+            let job = StackJob::new(f, Latch::for_thread());
+            // SAFETY: as above.
+            registry.inject(unsafe { job.as_job_ref() });
+            job.latch.wait_blocking();
+            job.into_result()
+        }
+    }
+}
+
+/// Run `f` on worker `index` (its mailbox) and wait for it.
+pub(crate) fn on_worker<F, R>(registry: &Arc<Registry>, index: usize, f: F) -> R
+where
+    F: FnOnce() -> R + Send,
+    R: Send,
+{
+    let owner = match current() {
+        Some(w) if Arc::ptr_eq(&w.registry, registry) => Owner::Worker {
+            registry: &**registry,
+            index: w.index,
+        },
+        Some(w) => Owner::CrossWorker {
+            registry: w.registry.clone(),
+            index: w.index,
+        },
+        None => Owner::Thread(Arc::new(std::sync::atomic::AtomicU32::new(0))),
+    };
+    let thread = matches!(owner, Owner::Thread(_));
+    let job = StackJob::new(f, Latch::new(owner));
+    // SAFETY: `job` stays here until its latch is set (we wait for it below).
+    registry.post(index, unsafe { job.as_job_ref() });
+    match current() {
+        Some(w) if !thread => w.wait_until(&job.latch),
+        _ => job.latch.wait_blocking(),
+    }
+    job.into_result()
+}
+
+/// A `'static` spawn: the job catches its panic and hands it to the pool's handler.
+pub(crate) fn spawn_job<F: FnOnce() + Send + 'static>(f: F) -> JobRef {
+    HeapJob::into_job_ref(move || {
+        if let Err(p) = catch_unwind(AssertUnwindSafe(f)) {
+            match current() {
+                Some(w) => w.registry.handle_panic(p),
+                None => drop(p),
+            }
+        }
+    })
+}
+
+/// A scope: spawned jobs may borrow what outlives `'scope`; the scope waits for all of them.
+pub struct Scope<'scope> {
+    registry: Arc<Registry>,
+    /// Jobs not finished, plus one for the scope's own body.
+    pending: AtomicUsize,
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+    latch: Latch,
+    _marker: PhantomData<fn(&'scope ()) -> &'scope ()>,
+}
+
+impl<'scope> Scope<'scope> {
+    /// Run `f` on the pool; the scope waits for it. A panic in `f` is resumed by the scope
+    /// once every job has finished (the first one, if several panic).
+    pub fn spawn<F>(&self, f: F)
+    where
+        F: FnOnce(&Scope<'scope>) + Send + 'scope,
+    {
+        self.pending.fetch_add(1, Relaxed);
+        let scope = self as *const Scope<'scope> as usize;
+        let job = HeapJob::into_job_ref(move || {
+            // SAFETY: the scope waits (in `scope_on_worker`) until `pending` is zero, so it is
+            // alive until this job's `completed` below.
+            let scope = unsafe { &*(scope as *const Scope<'scope>) };
+            if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(scope))) {
+                let mut slot = scope.panic.lock().unwrap_or_else(|e| e.into_inner());
+                slot.get_or_insert(p);
+            }
+            scope.completed();
+        });
+        match current() {
+            Some(w) if Arc::ptr_eq(&w.registry, &self.registry) => w.push(job),
+            _ => self.registry.inject(job),
+        }
+    }
+
+    fn completed(&self) {
+        if self.pending.fetch_sub(1, Release) == 1 {
+            std::sync::atomic::fence(Acquire);
+            // SAFETY: the scope is alive until its latch is set; nothing of it is touched
+            // after.
+            unsafe { Latch::set(&self.latch) };
+        }
+    }
+}
+
+/// The body of a scope, on worker `w` of the scope's pool.
+pub(crate) fn scope_on_worker<'scope, F, R>(w: &WorkerThread, f: F) -> R
+where
+    F: FnOnce(&Scope<'scope>) -> R,
+{
+    let scope = Scope {
+        registry: w.registry.clone(),
+        pending: AtomicUsize::new(1),
+        panic: Mutex::new(None),
+        latch: Latch::new(Owner::Worker {
+            registry: &*w.registry,
+            index: w.index,
+        }),
+        _marker: PhantomData,
+    };
+    let result = catch_unwind(AssertUnwindSafe(|| f(&scope)));
+    scope.completed();
+    w.wait_until(&scope.latch);
+    if let Some(p) = scope.panic.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        std::panic::resume_unwind(p);
+    }
+    match result {
+        Ok(r) => r,
+        Err(p) => std::panic::resume_unwind(p),
+    }
+}
