@@ -47,6 +47,11 @@
 
 #![warn(missing_docs)]
 
+// The README's examples are compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 mod deque;
 mod iter;
 mod job;
