@@ -18,6 +18,9 @@ pub const BLOCK_MIN: Duration = Duration::from_micros(1);
 /// A block longer than this halves the next one.
 pub const BLOCK_MAX: Duration = Duration::from_micros(4);
 const MAX_BLOCK: usize = 1 << 16;
+/// A piece that has run this long with items left wakes a sleeping worker to ask for work (a
+/// shorter loop finishes before a wake-up would pay for itself).
+const WAKE_AFTER: Duration = Duration::from_micros(5);
 
 /// Inputs the parallel loops split: ranges of integers and slices.
 pub trait Split: Send + Sized {
@@ -106,9 +109,6 @@ impl<Id, M, Red> Loop<Id, M, Red> {
         Red: Fn(R, R) -> R + Sync,
     {
         let w = current().expect("a parallel loop runs on a worker");
-        if input.len() > 1 {
-            w.wake_a_helper();
-        }
         self.piece(w, input)
     }
 
@@ -123,6 +123,8 @@ impl<Id, M, Red> Loop<Id, M, Red> {
         let mut acc = (self.identity)();
         let mut rest = input;
         let mut block = 1usize;
+        // Time run so far, until it reaches WAKE_AFTER and a sleeper is woken to help.
+        let mut ran = Some(Duration::ZERO);
         loop {
             let n = rest.len();
             if n == 0 {
@@ -142,6 +144,12 @@ impl<Id, M, Red> Loop<Id, M, Red> {
             acc = head.fold(acc, |acc, x| (self.reduce)(acc, (self.map)(x)));
             let took = t0.elapsed();
             rest = tail;
+            if let Some(r) = ran {
+                ran = Some(r + took).filter(|&r| r < WAKE_AFTER);
+                if ran.is_none() && !rest.is_empty() {
+                    w.wake_a_helper();
+                }
+            }
             if took < BLOCK_MIN {
                 block = (block * 2).min(MAX_BLOCK);
             } else if took > BLOCK_MAX {

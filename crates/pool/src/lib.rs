@@ -274,6 +274,17 @@ fn measured_spin() -> Duration {
     })
 }
 
+/// Scheduler events of a pool, counted since it started ([`ThreadPool::stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Join halves moved from a worker's own stack to its deque because another worker asked.
+    pub promotions: u64,
+    /// Jobs taken from another worker's deque.
+    pub steals: u64,
+    /// Times a worker went to sleep (each after a spin that found nothing).
+    pub sleeps: u64,
+}
+
 /// A pool of worker threads. Dropping it lets the workers finish every queued job, then exit.
 pub struct ThreadPool {
     registry: Arc<Registry>,
@@ -312,6 +323,16 @@ impl ThreadPool {
     /// How long idle workers of this pool look for work before they sleep.
     pub fn spin(&self) -> Duration {
         self.registry.spin_duration()
+    }
+
+    /// What the scheduler has done so far (diagnostics; counted on slow paths only).
+    pub fn stats(&self) -> Stats {
+        let c = &self.registry.counters;
+        Stats {
+            promotions: c.promotions.load(std::sync::atomic::Ordering::Relaxed),
+            steals: c.steals.load(std::sync::atomic::Ordering::Relaxed),
+            sleeps: c.sleeps.load(std::sync::atomic::Ordering::Relaxed),
+        }
     }
 
     /// The CPU each worker is pinned to (`None`: unpinned), by worker index.

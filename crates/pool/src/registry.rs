@@ -43,7 +43,7 @@ use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{
-    AtomicBool, AtomicUsize,
+    AtomicBool, AtomicU64, AtomicUsize,
     Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst},
 };
 use std::sync::{Arc, Mutex};
@@ -70,14 +70,24 @@ pub(crate) struct Registry {
     injector: CachePadded<(Mutex<VecDeque<JobRef>>, AtomicUsize)>,
     pub(crate) sleep: Sleep,
     terminating: AtomicBool,
-    /// How long an idle worker looks for work before it sleeps.
+    /// How long an idle worker looks for work before it sleeps, at least and at most.
     spin: Duration,
+    max_spin: Duration,
     panic_handler: Option<PanicHandler>,
     start_handler: Option<IndexHandler>,
     exit_handler: Option<IndexHandler>,
     /// Workers still running, and a word the last one to exit sets (for `shutdown`).
     live: AtomicUsize,
     exited: Latch,
+    pub(crate) counters: CachePadded<Counters>,
+}
+
+/// Events counted on the slow paths only (see [`crate::Stats`]).
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) promotions: AtomicU64,
+    pub(crate) steals: AtomicU64,
+    pub(crate) sleeps: AtomicU64,
 }
 
 pub(crate) struct RegistryConfig {
@@ -106,11 +116,13 @@ impl Registry {
             sleep: Sleep::new(n),
             terminating: AtomicBool::new(false),
             spin: config.spin,
+            max_spin: config.spin * MAX_SPIN_FACTOR,
             panic_handler: config.panic_handler,
             start_handler: config.start_handler,
             exit_handler: config.exit_handler,
             live: AtomicUsize::new(n),
             exited: Latch::for_thread(),
+            counters: CachePadded(Counters::default()),
         }
     }
 
@@ -217,8 +229,29 @@ pub(crate) struct WorkerThread {
     shared: *const WorkerShared,
     /// Live entries are `jobs[front..]`; promotions advance `front`.
     local: UnsafeCell<(Vec<LocalJob>, usize)>,
+    /// Joins left to run as plain calls before the next registered one.
+    skip: Cell<u32>,
+    /// Registered joins since the local stack was last empty (`None` once this join tree has
+    /// woken a helper).
+    registered: Cell<Option<u32>>,
+    /// How long this worker spins before it sleeps: doubled when a spin finds work, halved
+    /// when it does not, within [`Registry::spin`, `Registry::max_spin`].
+    spin: Cell<Duration>,
     rng: Cell<u64>,
 }
+
+/// A worker whose spins keep finding work spins up to this many times the minimum.
+const MAX_SPIN_FACTOR: u32 = 32;
+
+/// Joins whose local stack holds fewer entries than this register their second half; deeper
+/// ones register one in [`REGISTER_EVERY`] and otherwise call both halves in a row (chili
+/// skips its heartbeat check the same way). Promotion takes the oldest entries, which are
+/// always registered, so the deep joins only need an occasional entry to keep answering.
+const SHALLOW: usize = 3;
+const REGISTER_EVERY: u32 = 64;
+/// A join tree that has run this many joins wakes a sleeping worker to ask it for work: a
+/// short tree (chili's 1 023-node sum) finishes before a wake-up would pay for itself.
+const WAKE_AFTER: u32 = 4096;
 
 thread_local! {
     static CURRENT: Cell<*const WorkerThread> = const { Cell::new(std::ptr::null()) };
@@ -246,6 +279,9 @@ pub(crate) fn worker_main(registry: Arc<Registry>, index: usize) {
         shared: &registry.workers[index],
         registry: registry.clone(),
         local: UnsafeCell::new((Vec::with_capacity(64), 0)),
+        skip: Cell::new(0),
+        registered: Cell::new(None),
+        spin: Cell::new(registry.spin),
         rng: Cell::new(
             0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03),
         ),
@@ -310,6 +346,24 @@ impl WorkerThread {
         RA: Send,
         RB: Send,
     {
+        let skip = self.skip.get();
+        if skip != 0 {
+            // Deep in a join tree whose outer halves are registered: a plain call.
+            self.skip.set(skip - 1);
+            return (a(), b());
+        }
+        self.join_registered(a, b)
+    }
+
+    /// A join whose second half is registered on the local stack, so that it can be promoted.
+    #[inline]
+    fn join_registered<A, B, RA, RB>(&self, a: A, b: B) -> (RA, RB)
+    where
+        A: FnOnce() -> RA + Send,
+        B: FnOnce() -> RB + Send,
+        RA: Send,
+        RB: Send,
+    {
         let job_b = StackJob::new(
             b,
             Latch::new(Owner::Worker {
@@ -320,9 +374,18 @@ impl WorkerThread {
         let promoted = Cell::new(false);
         // SAFETY: `job_b` stays in this frame until it runs inline or its latch is set: the
         // guard below waits for the latch if `a` unwinds.
-        let first = unsafe { self.push_local(job_b.as_job_ref(), &promoted) };
-        if first {
-            self.wake_a_helper();
+        if unsafe { self.push_local(job_b.as_job_ref(), &promoted) } {
+            self.registered.set(Some(0));
+        } else if let Some(r) = self.registered.get() {
+            // Registered joins stand for REGISTER_EVERY joins each once the tree is deep.
+            self.registered
+                .set(Some(r + 1).filter(|&r| r < WAKE_AFTER / REGISTER_EVERY));
+            if self.registered.get().is_none() {
+                self.wake_a_helper();
+            }
+        }
+        if self.local_len() >= SHALLOW {
+            self.skip.set(REGISTER_EVERY - 1);
         }
         if self.is_wanted() {
             self.promote();
@@ -343,8 +406,16 @@ impl WorkerThread {
         (ra, job_b.into_result())
     }
 
-    /// The first join of a job on an empty local stack: wake a sleeper, if any, so that
-    /// somebody can ask this worker for work.
+    /// Entries on the local stack.
+    #[inline]
+    fn local_len(&self) -> usize {
+        // SAFETY: owner-only memory, and no reference to it is held across calls.
+        let (jobs, front) = unsafe { &*self.local.get() };
+        jobs.len() - front
+    }
+
+    /// A job that has joined for a while (or a loop that has run for a while): wake a sleeper,
+    /// if any, so that somebody can ask this worker for work.
     #[cold]
     pub(crate) fn wake_a_helper(&self) {
         if self.registry.sleep.has_sleepers() {
@@ -404,6 +475,7 @@ impl WorkerThread {
         *front += 1;
         // SAFETY: the join that owns the entry is still running (it is below this call).
         unsafe { (*entry.promoted).set(true) };
+        self.registry.counters.promotions.fetch_add(1, Relaxed);
         self.registry.sleep.notify_one();
     }
 
@@ -464,6 +536,7 @@ impl WorkerThread {
             loop {
                 match workers[v].deque.steal() {
                     Steal::Success(job) => {
+                        self.registry.counters.steals.fetch_add(1, Relaxed);
                         if workers[v].deque.len() > 0 {
                             self.registry.sleep.notify_one();
                         }
@@ -487,6 +560,8 @@ impl WorkerThread {
         let mut round = 0usize;
         loop {
             if done() || registry.has_work(self.index) {
+                // The spin paid off: spin longer next time.
+                self.spin.set((self.spin.get() * 2).min(registry.max_spin));
                 return true;
             }
             if latch.is_none() && registry.terminating.load(Acquire) {
@@ -503,10 +578,13 @@ impl WorkerThread {
                 spin_loop();
             }
             round += 1;
-            if start.elapsed() >= registry.spin {
+            if start.elapsed() >= self.spin.get() {
                 break;
             }
         }
+        // It did not: spin less next time (an idle pool's workers soon spin the minimum).
+        self.spin.set((self.spin.get() / 2).max(registry.spin));
+        registry.counters.sleeps.fetch_add(1, Relaxed);
         let stopping = || latch.is_none() && registry.terminating.load(Acquire);
         registry.sleep.sleep(self.index, || {
             done() || stopping() || registry.has_work(self.index)

@@ -123,6 +123,12 @@ fn oversubscribed_joins_spawns_and_loops_lose_nothing() {
         });
         assert_each_once("loops", &m);
 
+        // The paths under test were taken (with one CPU, nobody asks for work).
+        let st = pool.stats();
+        if cpus() > 1 {
+            assert!(st.promotions > 0 && st.steals > 0, "{st:?}");
+        }
+        assert!(st.sleeps > 0, "{st:?}");
         let p = Arc::try_unwrap(pool).expect("the only handle");
         within_watchdog("shutdown", move || p.shutdown());
     }
