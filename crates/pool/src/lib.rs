@@ -19,7 +19,8 @@
 //! # Design
 //!
 //! - **Joins stay local until somebody asks.** `join(a, b)` pushes `b` on the worker's own
-//!   stack (plain memory, no atomics), runs `a`, pops `b` and calls it. An idle worker that
+//!   stack (plain memory, no atomics), runs `a`, pops `b` and calls it; deep in a join tree,
+//!   most joins do not even push (see `registry`). An idle worker that
 //!   finds nothing to steal raises a busy worker's `wanted` flag; that worker, at its next join
 //!   (or between two blocks of a parallel loop), moves its *oldest* pending `b` — the largest
 //!   piece of work it holds — to its work-stealing deque. This is receiver-initiated stealing
@@ -28,7 +29,8 @@
 //!   outlives every use.
 //! - **Shared jobs** (spawns, promoted halves) go to per-worker Chase–Lev deques whose push is
 //!   plain stores; from outside the pool, to a global injector.
-//! - **Idle workers** spin briefly (asking for work), then sleep on a futex each. A push wakes
+//! - **Idle workers** spin briefly (asking for work; how long, each learns from whether its
+//!   spins find work), then sleep on a futex each. A push wakes
 //!   one sleeper, and only if one has announced itself: while nobody sleeps a push executes no
 //!   `lock`ed instruction and no fence. The sleeper pays for that with a process-wide barrier
 //!   ([`spindle_sync::fence::heavy`]) before its last look for work (see `sleep`).
