@@ -459,6 +459,9 @@ impl WorkerThread {
         if jobs.len() == *front {
             jobs.clear();
             *front = 0;
+            // The tree is over: the next one registers its outermost joins (and counts them
+            // towards waking a helper) whatever the last one left to skip.
+            self.skip.set(0);
         }
     }
 
