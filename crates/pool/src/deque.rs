@@ -16,12 +16,18 @@
 //!   `b`; `bottom = b + 1` (Release: the slot's contents, and the job's closure behind it,
 //!   happen-before a thief's Acquire load of `bottom` that shows it). On x86-64 that is two
 //!   plain stores and a plain store: **no `lock`ed instruction and no fence**.
-//! - **pop** (owner, LIFO): `bottom = b − 1`; a `SeqCst` fence; `t = top`. If `t < b` the job at
+//! - **pop** (owner, LIFO): `bottom = b − 1`; a `SeqCst` fence; `t = top` (on x86-64 the store
+//!   and the fence are one `SeqCst` swap, an `xchg`, and the load is `SeqCst`). If `t < b` the
+//!   job at
 //!   `b − 1` is the owner's with no race (a thief that read `bottom` before the decrement sees
 //!   `top` already beyond it, and its CAS fails). If `t = b − 1` it is the last job: owner and
 //!   thieves race with a CAS on `top`. The fence is what stops the owner's decrement of
 //!   `bottom` and a thief's increment of `top` from both passing each other unseen (a
-//!   store-buffering pattern: each writes one word and reads the other).
+//!   store-buffering pattern: each writes one word and reads the other). In the C++ model:
+//!   the swap precedes the owner's load of `top` in the single order of `SeqCst` operations;
+//!   if that load missed a thief's CAS, the CAS (and the thief's fence after its Acquire load
+//!   of it) come later in that order, so the thief's load of `bottom` after its fence sees the
+//!   decrement.
 //! - **steal** (any thread, FIFO): `t = top (Acquire)`; a `SeqCst` fence; `b = bottom
 //!   (Acquire)`; if `t < b`, read slot `t` and CAS `top` from `t` to `t + 1`: the CAS is the
 //!   linearisation point, and a failed CAS discards what was read.
@@ -38,9 +44,10 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use crate::job::JobRef;
 use crate::primitives::{fence, AtomicIsize, AtomicUsize, CachePadded};
 
-/// Slots per worker deque: enough for the spawns of a scope between two pops; a push beyond it
-/// goes to the pool's injector.
-pub(crate) const CAPACITY: usize = 1 << 12;
+/// Slots per worker deque (16 bytes each, touched only as far as a deque ever fills): a scope
+/// that spawns faster than the workers run its jobs fills it before its pushes go to the
+/// pool's injector (a mutex).
+pub(crate) const CAPACITY: usize = 1 << 16;
 
 struct Slot {
     data: AtomicUsize,
@@ -51,6 +58,33 @@ pub(crate) struct Deque {
     bottom: CachePadded<AtomicIsize>,
     top: CachePadded<AtomicIsize>,
     slots: Box<[Slot]>,
+}
+
+/// `n` empty slots. Zeroed memory from the allocator: a large ring costs only the pages a
+/// deque ever reaches (the allocator maps fresh zero pages for it).
+#[cfg(not(loom))]
+fn zeroed_slots(n: usize) -> Box<[Slot]> {
+    let layout = std::alloc::Layout::array::<Slot>(n).expect("deque capacity");
+    // SAFETY: the layout is non-zero-sized (n ≥ 1, as a power of two); all-zero bytes are a
+    // valid `AtomicUsize`, so the slice is initialised; the Box frees it with the same layout.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout).cast::<Slot>();
+        if p.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n))
+    }
+}
+
+/// Under loom, whose atomics are not plain memory.
+#[cfg(loom)]
+fn zeroed_slots(n: usize) -> Box<[Slot]> {
+    (0..n)
+        .map(|_| Slot {
+            data: AtomicUsize::new(0),
+            exec: AtomicUsize::new(0),
+        })
+        .collect()
 }
 
 /// What a steal found.
@@ -72,12 +106,7 @@ impl Deque {
         Deque {
             bottom: CachePadded(AtomicIsize::new(0)),
             top: CachePadded(AtomicIsize::new(0)),
-            slots: (0..capacity)
-                .map(|_| Slot {
-                    data: AtomicUsize::new(0),
-                    exec: AtomicUsize::new(0),
-                })
-                .collect(),
+            slots: zeroed_slots(capacity),
         }
     }
 
@@ -114,9 +143,7 @@ impl Deque {
     #[inline]
     pub(crate) fn pop(&self) -> Option<JobRef> {
         let b = self.bottom.load(Relaxed) - 1;
-        self.bottom.store(b, Relaxed);
-        fence(SeqCst);
-        let t = self.top.load(Relaxed);
+        let t = self.publish_then_load_top(b);
         if t > b {
             self.bottom.store(b + 1, Relaxed);
             return None;
@@ -132,6 +159,26 @@ impl Deque {
         }
         // SAFETY: the words were written by `push` from a JobRef, and this pop owns job `b`.
         Some(unsafe { JobRef::from_words(words) })
+    }
+
+    /// `bottom = b`, a full fence, then `top`: the store-buffering fence of `pop`. On x86-64 a
+    /// `SeqCst` swap (one `xchg`, a full barrier, cheaper than the `mfence` a fence compiles
+    /// to) and a `SeqCst` load; elsewhere, and under loom (which models `SeqCst` fences
+    /// exactly but `SeqCst` accesses only as acquire/release, so it cannot check the swap
+    /// form), a store, a `SeqCst` fence and a load.
+    #[inline(always)]
+    fn publish_then_load_top(&self, b: isize) -> isize {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        {
+            self.bottom.swap(b, SeqCst);
+            self.top.load(SeqCst)
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+        {
+            self.bottom.store(b, Relaxed);
+            fence(SeqCst);
+            self.top.load(Relaxed)
+        }
     }
 
     /// Take the oldest job; any thread.

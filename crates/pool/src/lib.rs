@@ -329,11 +329,17 @@ impl ThreadPool {
 
     /// What the scheduler has done so far (diagnostics; counted on slow paths only).
     pub fn stats(&self) -> Stats {
-        let c = &self.registry.counters;
+        let sum = |f: fn(&registry::Counters) -> &std::sync::atomic::AtomicU64| {
+            self.registry
+                .workers
+                .iter()
+                .map(|w| f(&w.counters).load(std::sync::atomic::Ordering::Relaxed))
+                .sum()
+        };
         Stats {
-            promotions: c.promotions.load(std::sync::atomic::Ordering::Relaxed),
-            steals: c.steals.load(std::sync::atomic::Ordering::Relaxed),
-            sleeps: c.sleeps.load(std::sync::atomic::Ordering::Relaxed),
+            promotions: sum(|c| &c.promotions),
+            steals: sum(|c| &c.steals),
+            sleeps: sum(|c| &c.sleeps),
         }
     }
 

@@ -39,10 +39,11 @@
 //! steals). A worker that stole from a deque that still holds jobs wakes another sleeper, so
 //! that a burst of spawns spreads to every sleeper one wake at a time. With nothing found, a
 //! worker spins (asking for work as above), then sleeps (see `sleep`). Each worker learns how
-//! long to spin: twice as long after a spin that found work, half as long after one that did
-//! not, between the pool's measured minimum and 32 times it — so the workers of an idle pool
-//! that gets a task now and then spin the minimum, and those of a busy one bridge the gaps
-//! between jobs without sleeping.
+//! long to spin: twice as long after a spin that found work or a sleep that a wake-up ended
+//! soon (within the longest spin), half as long after a spin that found nothing, and not at
+//! all once that falls below a quarter of the pool's measured spin; at most 32 times it. The
+//! workers of a pool that gets a task now and then go straight back to sleep after each, and
+//! those of a busy one bridge the gaps between jobs without sleeping.
 
 use std::any::Any;
 use std::cell::{Cell, UnsafeCell};
@@ -70,6 +71,7 @@ pub(crate) struct WorkerShared {
     wanted: CachePadded<AtomicBool>,
     mailbox: CachePadded<(Mutex<VecDeque<JobRef>>, AtomicUsize)>,
     pub(crate) cpu: Option<usize>,
+    pub(crate) counters: CachePadded<Counters>,
 }
 
 pub(crate) struct Registry {
@@ -86,15 +88,22 @@ pub(crate) struct Registry {
     /// Workers still running, and a word the last one to exit sets (for `shutdown`).
     live: AtomicUsize,
     exited: Latch,
-    pub(crate) counters: CachePadded<Counters>,
 }
 
-/// Events counted on the slow paths only (see [`crate::Stats`]).
+/// Events counted on the slow paths only (see [`crate::Stats`]), each by one worker on its own
+/// cache line: a load and a store, no `lock`ed instruction.
 #[derive(Default)]
 pub(crate) struct Counters {
     pub(crate) promotions: AtomicU64,
     pub(crate) steals: AtomicU64,
     pub(crate) sleeps: AtomicU64,
+}
+
+impl Counters {
+    /// Count one event; only the worker that owns the counters calls it.
+    fn bump(counter: &AtomicU64) {
+        counter.store(counter.load(Relaxed) + 1, Relaxed);
+    }
 }
 
 pub(crate) struct RegistryConfig {
@@ -117,6 +126,7 @@ impl Registry {
                     wanted: CachePadded(AtomicBool::new(false)),
                     mailbox: CachePadded((Mutex::new(VecDeque::new()), AtomicUsize::new(0))),
                     cpu,
+                    counters: CachePadded(Counters::default()),
                 })
                 .collect(),
             injector: CachePadded((Mutex::new(VecDeque::new()), AtomicUsize::new(0))),
@@ -129,7 +139,6 @@ impl Registry {
             exit_handler: config.exit_handler,
             live: AtomicUsize::new(n),
             exited: Latch::for_thread(),
-            counters: CachePadded(Counters::default()),
         }
     }
 
@@ -241,8 +250,9 @@ pub(crate) struct WorkerThread {
     /// Registered joins since the local stack was last empty (`None` once this join tree has
     /// woken a helper).
     registered: Cell<Option<u32>>,
-    /// How long this worker spins before it sleeps: doubled when a spin finds work, halved
-    /// when it does not, within [`Registry::spin`, `Registry::max_spin`].
+    /// How long this worker spins before it sleeps: doubled (to at least `Registry::spin`)
+    /// when a spin finds work or a sleep ends soon, halved when a spin finds nothing (and
+    /// zero below a quarter of `Registry::spin`); at most `Registry::max_spin`.
     spin: Cell<Duration>,
     rng: Cell<u64>,
 }
@@ -485,7 +495,7 @@ impl WorkerThread {
         *front += 1;
         // SAFETY: the join that owns the entry is still running (it is below this call).
         unsafe { (*entry.promoted).set(true) };
-        self.registry.counters.promotions.fetch_add(1, Relaxed);
+        Counters::bump(&shared.counters.promotions);
         self.registry.sleep.notify_one();
     }
 
@@ -546,7 +556,7 @@ impl WorkerThread {
             loop {
                 match workers[v].deque.steal() {
                     Steal::Success(job) => {
-                        self.registry.counters.steals.fetch_add(1, Relaxed);
+                        Counters::bump(&self.shared().counters.steals);
                         if workers[v].deque.len() > 0 {
                             self.registry.sleep.notify_one();
                         }
@@ -571,7 +581,8 @@ impl WorkerThread {
         loop {
             if done() || registry.has_work(self.index) {
                 // The spin paid off: spin longer next time.
-                self.spin.set((self.spin.get() * 2).min(registry.max_spin));
+                self.spin
+                    .set((self.spin.get() * 2).clamp(registry.spin, registry.max_spin));
                 return true;
             }
             if latch.is_none() && registry.terminating.load(Acquire) {
@@ -592,13 +603,25 @@ impl WorkerThread {
                 break;
             }
         }
-        // It did not: spin less next time (an idle pool's workers soon spin the minimum).
-        self.spin.set((self.spin.get() / 2).max(registry.spin));
-        registry.counters.sleeps.fetch_add(1, Relaxed);
+        // It did not: spin less next time, down to not at all (the workers of a pool that gets
+        // a task now and then go straight to sleep after each).
+        let half = self.spin.get() / 2;
+        self.spin.set(if half < registry.spin / 4 {
+            Duration::ZERO
+        } else {
+            half
+        });
+        Counters::bump(&self.shared().counters.sleeps);
         let stopping = || latch.is_none() && registry.terminating.load(Acquire);
+        let slept = Instant::now();
         registry.sleep.sleep(self.index, || {
             done() || stopping() || registry.has_work(self.index)
         });
+        if slept.elapsed() < registry.max_spin {
+            // Woken soon: a spin that long would have found the work without a wake-up.
+            self.spin
+                .set((self.spin.get() * 2).clamp(registry.spin, registry.max_spin));
+        }
         true
     }
 }
