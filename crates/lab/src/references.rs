@@ -118,3 +118,21 @@ pub const PRINTING_INTEGERS: Doc = Doc {
     venue: "pvk.ca",
     machine: "2.4 GHz Intel Xeon E5-2630L, unloaded; C, 10 000 timed conversions per distribution, code hot",
 };
+
+pub const CHILI_TREE: Doc = Doc {
+    id: "tiselice-2024-chili",
+    title: "chili: Rust port of Spice, a low-overhead parallelization library (README benchmarks)",
+    author: "Dragoș Tiselice",
+    year: Some(2024),
+    venue: "chili's README, crates.io",
+    machine: "AMD Ryzen 7 4800HS (8 cores, 16 threads), each library's default pool; sum of a balanced binary tree of 1 023 nodes",
+};
+
+pub const RAYON_IDLE: Doc = Doc {
+    id: "muizelaar-2019-rayon-642",
+    title: "Rayon uses a lot of CPU when there's not a lot of work to do",
+    author: "Jeff Muizelaar",
+    year: Some(2019),
+    venue: "rayon issue #642, GitHub",
+    machine: "4 cores (8 hardware threads), Linux and macOS; rayon's global pool, one empty spawn per 1 ms (200 % of a CPU) or per 10 ms (30 %)",
+};

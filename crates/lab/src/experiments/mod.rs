@@ -8,6 +8,7 @@ mod fences;
 mod itoa;
 mod locks;
 mod percpu;
+mod pool;
 mod rings;
 mod rings_async;
 mod sampler;
@@ -29,6 +30,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(percpu::PerCpu),
         Box::new(affinity::Affinity),
         Box::new(spawn::Spawn),
+        Box::new(pool::Pool),
         Box::new(sampler::Sampler),
         Box::new(itoa::Itoa),
     ]
