@@ -44,7 +44,12 @@ macro_rules! split_range {
             type Item = $t;
             #[inline]
             fn len(&self) -> usize {
-                self.end.saturating_sub(self.start) as usize
+                // Empty when reversed, as std's ranges are (a signed difference would wrap).
+                if self.end <= self.start {
+                    0
+                } else {
+                    (self.end as i128 - self.start as i128) as usize
+                }
             }
             #[inline]
             fn split_at(self, mid: usize) -> (Self, Self) {
@@ -132,7 +137,9 @@ impl<Id, M, Red> Loop<Id, M, Red> {
             }
             if n >= 2 && w.is_wanted() {
                 let (left, right) = rest.split_at(n / 2);
-                let (a, b) = w.join(
+                // Registered whatever the worker has left to skip, so that this join answers
+                // the request (promotes) instead of becoming a plain call.
+                let (a, b) = w.join_registered(
                     || self.piece(current().expect("on a worker"), left),
                     || self.piece(current().expect("on a worker"), right),
                 );

@@ -187,7 +187,8 @@ impl Builder {
         self
     }
 
-    /// Called on each worker, with its index, when it exits.
+    /// Called on each worker, with its index, when it exits (after its last look for work: a
+    /// job it spawns may never run).
     pub fn exit_handler(mut self, f: impl Fn(usize) + Send + Sync + 'static) -> Builder {
         self.exit_handler = Some(Box::new(f));
         self
@@ -435,7 +436,14 @@ impl ThreadPool {
     }
 
     /// Tell the workers to stop once every queued job has run, and wait until they have.
+    ///
+    /// # Panics
+    /// If called from one of this pool's own workers, which would wait for itself.
     pub fn shutdown(self) {
+        assert!(
+            !self.on_own_worker(),
+            "ThreadPool::shutdown called from one of the pool's own workers: it would wait for itself"
+        );
         let registry = self.registry.clone();
         drop(self);
         registry.wait_exited();

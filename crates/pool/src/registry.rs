@@ -41,13 +41,15 @@
 //! worker spins (asking for work as above), then sleeps (see `sleep`). Each worker learns how
 //! long to spin: twice as long after a spin that found work or a sleep that a wake-up ended
 //! soon (within the longest spin), half as long after a spin that found nothing, and not at
-//! all once that falls below a quarter of the pool's measured spin; at most 32 times it. The
+//! all once that falls below a quarter of the pool's measured spin or after a sleep longer
+//! than the longest spin; at most 32 times it. The
 //! workers of a pool that gets a task now and then go straight back to sleep after each, and
 //! those of a busy one bridge the gaps between jobs without sleeping.
 
 use std::any::Any;
 use std::cell::{Cell, UnsafeCell};
 use std::collections::VecDeque;
+use std::io::Write;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{
@@ -212,20 +214,22 @@ impl Registry {
 
     /// A spawned job panicked: the builder's handler, or a message on stderr.
     pub(crate) fn handle_panic(&self, payload: Box<dyn Any + Send>) {
-        match &self.panic_handler {
-            Some(h) => {
-                // A panicking handler must not take the worker down with it.
-                let _ = catch_unwind(AssertUnwindSafe(|| h(payload)));
-            }
+        // Neither a panicking handler, nor a payload whose drop panics, nor a closed stderr
+        // may take the worker down with it.
+        let _ = catch_unwind(AssertUnwindSafe(|| match &self.panic_handler {
+            Some(h) => h(payload),
             None => {
                 let msg = payload
                     .downcast_ref::<&str>()
                     .copied()
                     .or_else(|| payload.downcast_ref::<String>().map(|s| s.as_str()))
                     .unwrap_or("(a non-string payload)");
-                eprintln!("spindle-pool: a spawned task panicked: {msg}");
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "spindle-pool: a spawned task panicked: {msg}"
+                );
             }
-        }
+        }));
     }
 }
 
@@ -329,7 +333,7 @@ impl WorkerThread {
     fn main_loop(&self) {
         loop {
             if let Some(job) = self.find_work() {
-                job.execute();
+                execute(job);
                 continue;
             }
             if !self.idle(None) {
@@ -374,7 +378,7 @@ impl WorkerThread {
 
     /// A join whose second half is registered on the local stack, so that it can be promoted.
     #[inline]
-    fn join_registered<A, B, RA, RB>(&self, a: A, b: B) -> (RA, RB)
+    pub(crate) fn join_registered<A, B, RA, RB>(&self, a: A, b: B) -> (RA, RB)
     where
         A: FnOnce() -> RA + Send,
         B: FnOnce() -> RB + Send,
@@ -503,7 +507,11 @@ impl WorkerThread {
     pub(crate) fn wait_until(&self, latch: &Latch) {
         while !latch.probe() {
             if let Some(job) = self.find_work() {
-                job.execute();
+                // A job run here starts its own join tree: it registers its outermost joins
+                // whatever the joins below this wait left to skip.
+                let skip = self.skip.replace(0);
+                execute(job);
+                self.skip.set(skip);
                 continue;
             }
             self.idle(Some(latch));
@@ -614,16 +622,46 @@ impl WorkerThread {
         Counters::bump(&self.shared().counters.sleeps);
         let stopping = || latch.is_none() && registry.terminating.load(Acquire);
         let slept = Instant::now();
-        registry.sleep.sleep(self.index, || {
+        let claimed = registry.sleep.sleep(self.index, || {
             done() || stopping() || registry.has_work(self.index)
         });
+        if claimed && done() && registry.has_work(self.index) {
+            // A push's wake-up chose this worker, which returns to the wait its latch ended
+            // rather than to the work: pass the wake-up on.
+            registry.sleep.notify_one();
+        }
         if slept.elapsed() < registry.max_spin {
             // Woken soon: a spin that long would have found the work without a wake-up.
             self.spin
                 .set((self.spin.get() * 2).clamp(registry.spin, registry.max_spin));
+        } else {
+            // Woken after longer than any spin: spinning next time would only burn the CPU
+            // (and a worker that burns CPU between wake-ups is one the kernel lets wait
+            // behind the thread that woke it).
+            self.spin.set(Duration::ZERO);
         }
         true
     }
+}
+
+/// Run a job found in a queue. Every job catches its closure's panic, so only a panic from
+/// around it can unwind here (a payload whose drop panics, say); unwinding further would free
+/// the stack frames of joins and scopes that other workers still use, so the process aborts
+/// instead, as rayon does.
+fn execute(job: JobRef) {
+    struct AbortOnUnwind;
+    impl Drop for AbortOnUnwind {
+        fn drop(&mut self) {
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                b"spindle-pool: a panic escaped a job's own handling; aborting\n",
+            );
+            std::process::abort();
+        }
+    }
+    let guard = AbortOnUnwind;
+    job.execute();
+    std::mem::forget(guard);
 }
 
 /// Unwinding out of a join's first half: the second must not be left behind.
@@ -740,7 +778,13 @@ impl<'scope> Scope<'scope> {
             let scope = unsafe { &*(scope as *const Scope<'scope>) };
             if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(scope))) {
                 let mut slot = scope.panic.lock().unwrap_or_else(|e| e.into_inner());
-                slot.get_or_insert(p);
+                if slot.is_none() {
+                    *slot = Some(p);
+                } else {
+                    // Only the first panic is resumed; dropping a later payload may panic.
+                    drop(slot);
+                    let _ = catch_unwind(AssertUnwindSafe(|| drop(p)));
+                }
             }
             scope.completed();
         });

@@ -74,7 +74,8 @@ impl Sleep {
     }
 
     /// Worker `i` has nothing to do: sleep until woken, unless `ready()` after announcing.
-    pub(crate) fn sleep(&self, i: usize, ready: impl Fn() -> bool) {
+    /// Returns whether a waker claimed this worker (a push meant it to look for work).
+    pub(crate) fn sleep(&self, i: usize, ready: impl Fn() -> bool) -> bool {
         let (word, bit) = (&self.sleepers[i / 64], 1u64 << (i % 64));
         let state = &self.state[i];
         state.store(ASLEEP, Relaxed);
@@ -85,8 +86,9 @@ impl Sleep {
                 futex_wait(state, ASLEEP);
             }
         }
-        word.fetch_and(!bit, SeqCst);
+        let claimed = word.fetch_and(!bit, SeqCst) & bit == 0;
         state.store(AWAKE, Relaxed);
+        claimed
     }
 
     /// Wake one sleeper, if any announced itself; after a push. Returns whether one was woken.

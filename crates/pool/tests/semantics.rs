@@ -297,6 +297,19 @@ fn loops_visit_every_item_once_and_reduce_in_order() {
     );
     assert_eq!(s, (0..2000).collect::<Vec<_>>());
     assert_eq!(p.map_reduce(0..0usize, || 7, |_| 1, |a, b| a + b), 7);
+    // Reversed ranges are empty, as std's are (signed ones included).
+    let (hi, lo) = (std::hint::black_box(5i32), std::hint::black_box(0));
+    assert_eq!(p.map_reduce(hi..lo, || 0, |_| 1, |a: i32, b| a + b), 0);
+    assert_eq!(
+        p.map_reduce(
+            std::hint::black_box(i64::MAX)..std::hint::black_box(i64::MIN),
+            || 0,
+            |_| 1,
+            |a: i64, b| a + b
+        ),
+        0
+    );
+    assert_eq!(p.map_reduce(-3i64..2, || 0, |x| x, |a, b| a + b), -5);
     let words = ["a", "b", "c"];
     let joined =
         spindle_pool::map_reduce(&words[..], String::new, |w| w.to_string(), |a, b| a + &b);
