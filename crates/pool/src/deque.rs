@@ -12,7 +12,8 @@
 //! the last job or by a thief), and the ring of slots; slot `i mod capacity` holds job `i`.
 //! Jobs `[top, bottom)` are in the deque.
 //!
-//! - **push** (owner): `b = bottom; t = top (Acquire)`; full if `b − t = capacity`; write slot
+//! - **push** (owner): `b = bottom; t = top (Acquire)` (or the owner's last look at `top`,
+//!   which is never larger); full if `b − t = capacity`; write slot
 //!   `b`; `bottom = b + 1` (Release: the slot's contents, and the job's closure behind it,
 //!   happen-before a thief's Acquire load of `bottom` that shows it). On x86-64 that is two
 //!   plain stores and a plain store: **no `lock`ed instruction and no fence**.
@@ -55,7 +56,9 @@ struct Slot {
 }
 
 pub(crate) struct Deque {
-    bottom: CachePadded<AtomicIsize>,
+    /// `bottom`, and the owner's last look at `top` (owner-only, beside `bottom` on the
+    /// owner's line): a push re-reads `top` only when that look says the ring is full.
+    bottom: CachePadded<(AtomicIsize, AtomicIsize)>,
     top: CachePadded<AtomicIsize>,
     slots: Box<[Slot]>,
 }
@@ -104,10 +107,15 @@ impl Deque {
     pub(crate) fn with_capacity(capacity: usize) -> Deque {
         assert!(capacity.is_power_of_two());
         Deque {
-            bottom: CachePadded(AtomicIsize::new(0)),
+            bottom: CachePadded((AtomicIsize::new(0), AtomicIsize::new(0))),
             top: CachePadded(AtomicIsize::new(0)),
             slots: zeroed_slots(capacity),
         }
+    }
+
+    #[inline]
+    fn bottom(&self) -> &AtomicIsize {
+        &self.bottom.0 .0
     }
 
     #[inline]
@@ -118,7 +126,7 @@ impl Deque {
     /// Jobs in the deque now, as a racy estimate (never negative).
     #[inline]
     pub(crate) fn len(&self) -> usize {
-        let b = self.bottom.load(Relaxed);
+        let b = self.bottom().load(Relaxed);
         let t = self.top.load(Relaxed);
         b.saturating_sub(t).max(0) as usize
     }
@@ -126,33 +134,41 @@ impl Deque {
     /// Push a job; the owner only. Gives the job back if the deque is full.
     #[inline]
     pub(crate) fn push(&self, job: JobRef) -> Result<(), JobRef> {
-        let b = self.bottom.load(Relaxed);
-        let t = self.top.load(Acquire);
-        if b - t >= self.slots.len() as isize {
-            return Err(job);
+        let (bottom, seen_top) = &*self.bottom;
+        let b = bottom.load(Relaxed);
+        // A stale `top` is smaller than the real one, so it can only make the ring look
+        // fuller: every slot it calls free is free (its job was taken by a CAS the Acquire
+        // load that cached it saw). Reading `top` on every push would miss the cache each time
+        // a thief has stolen since.
+        if b - seen_top.load(Relaxed) >= self.slots.len() as isize {
+            let t = self.top.load(Acquire);
+            seen_top.store(t, Relaxed);
+            if b - t >= self.slots.len() as isize {
+                return Err(job);
+            }
         }
         let (data, exec) = job.into_words();
         let s = self.slot(b);
         s.data.store(data, Relaxed);
         s.exec.store(exec, Relaxed);
-        self.bottom.store(b + 1, Release);
+        bottom.store(b + 1, Release);
         Ok(())
     }
 
     /// Take the newest job; the owner only.
     #[inline]
     pub(crate) fn pop(&self) -> Option<JobRef> {
-        let b = self.bottom.load(Relaxed) - 1;
+        let b = self.bottom().load(Relaxed) - 1;
         let t = self.publish_then_load_top(b);
         if t > b {
-            self.bottom.store(b + 1, Relaxed);
+            self.bottom().store(b + 1, Relaxed);
             return None;
         }
         let s = self.slot(b);
         let words = (s.data.load(Relaxed), s.exec.load(Relaxed));
         if t == b {
             let won = self.top.compare_exchange(t, t + 1, SeqCst, Relaxed).is_ok();
-            self.bottom.store(b + 1, Relaxed);
+            self.bottom().store(b + 1, Relaxed);
             if !won {
                 return None;
             }
@@ -170,12 +186,12 @@ impl Deque {
     fn publish_then_load_top(&self, b: isize) -> isize {
         #[cfg(all(target_arch = "x86_64", not(loom)))]
         {
-            self.bottom.swap(b, SeqCst);
+            self.bottom().swap(b, SeqCst);
             self.top.load(SeqCst)
         }
         #[cfg(not(all(target_arch = "x86_64", not(loom))))]
         {
-            self.bottom.store(b, Relaxed);
+            self.bottom().store(b, Relaxed);
             fence(SeqCst);
             self.top.load(Relaxed)
         }
@@ -186,7 +202,7 @@ impl Deque {
     pub(crate) fn steal(&self) -> Steal {
         let t = self.top.load(Acquire);
         fence(SeqCst);
-        let b = self.bottom.load(Acquire);
+        let b = self.bottom().load(Acquire);
         if t >= b {
             return Steal::Empty;
         }
