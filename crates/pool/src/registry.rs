@@ -588,13 +588,21 @@ impl WorkerThread {
         let mut round = 0usize;
         loop {
             if done() || registry.has_work(self.index) {
-                // The spin paid off: spin longer next time.
-                self.spin
-                    .set((self.spin.get() * 2).clamp(registry.spin, registry.max_spin));
+                if round > 0 {
+                    // The spin paid off: spin longer next time.
+                    self.spin
+                        .set((self.spin.get() * 2).clamp(registry.spin, registry.max_spin));
+                }
                 return true;
             }
             if latch.is_none() && registry.terminating.load(Acquire) {
                 return false;
+            }
+            if start.elapsed() >= self.spin.get() {
+                // A worker that learnt not to spin does not touch other workers' lines or
+                // pause at all: the less CPU it burns between wake-ups, the sooner the kernel
+                // runs it when it is woken.
+                break;
             }
             if n > 1 {
                 let victim = (self.index + 1 + round % (n - 1)) % n;
@@ -607,9 +615,6 @@ impl WorkerThread {
                 spin_loop();
             }
             round += 1;
-            if start.elapsed() >= self.spin.get() {
-                break;
-            }
         }
         // It did not: spin less next time, down to not at all (the workers of a pool that gets
         // a task now and then go straight to sleep after each).
