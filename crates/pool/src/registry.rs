@@ -558,7 +558,9 @@ impl WorkerThread {
         let start = (self.next_random() % n as u64) as usize;
         for k in 0..n {
             let v = (start + k) % n;
-            if v == self.index {
+            // A look at the indices first: a steal attempt on an empty deque still pays its
+            // fence, and a worker that finds nothing scans every deque after each job.
+            if v == self.index || workers[v].deque.len() == 0 {
                 continue;
             }
             loop {
