@@ -629,7 +629,7 @@ impl WorkerThread {
         Counters::bump(&self.shared().counters.sleeps);
         let stopping = || latch.is_none() && registry.terminating.load(Acquire);
         let slept = Instant::now();
-        let claimed = registry.sleep.sleep(self.index, || {
+        let claimed = registry.sleep.sleep(self.index, latch.is_none(), || {
             done() || stopping() || registry.has_work(self.index)
         });
         if claimed && done() && registry.has_work(self.index) {

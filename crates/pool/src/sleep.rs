@@ -37,6 +37,21 @@
 //! their way; at worst they end its next sleep early, and a sleep that ends re-checks `ready()`
 //! before it sleeps again — a spurious wake-up, never a lost one).
 //!
+//! **The last worker to sleep skips the barrier.** A worker whose announcing RMW finds every
+//! other worker's bit already set, and that waits only for pool work (not for a latch that a
+//! worker of another pool sets), sleeps without the heavy fence. Who could push without a
+//! locked instruction? Only a worker of this pool, and every one of them is announced at that
+//! RMW: before it pushes anything it must leave `sleep`, whose last step is its own locked RMW
+//! on the same word (or a waker's claiming CAS cleared its bit first, and the worker still
+//! does that RMW before running anything). That RMW comes after ours in the word's order, so
+//! the worker's later load of `sleepers` (after its push) sees our bit — or a waker already
+//! claimed us — and it wakes a sleeper. Every other push is a locked instruction before its
+//! load of `sleepers` (the injector's and the mailboxes' counters, the shutdown flag): two
+//! locked RMWs are ordered, so either it sees our bit or our `ready()` sees its job. An idle
+//! pool thus sleeps without interrupting every CPU that runs one of the process's threads,
+//! and its workers burn less CPU between wake-ups, which is also what makes the kernel run a
+//! woken worker at once. Beyond 64 workers (two words) the barrier is always issued.
+//!
 //! **Orderings in the C++ model.** `ASLEEP` is stored before the announcing RMW (Release in
 //! `SeqCst`) and a waker's claiming CAS (Acquire) reads that RMW or a later one, so the waker's
 //! `AWAKE` is later in the word's order than `ASLEEP`. Under loom both fences are `SeqCst`
@@ -52,6 +67,8 @@ const ASLEEP: u32 = 1;
 pub(crate) struct Sleep {
     sleepers: Box<[CachePadded<AtomicU64>]>,
     state: Box<[CachePadded<AtomicU32>]>,
+    /// Every worker's bit, when all fit in one word (`None` beyond 64 workers).
+    everyone: Option<u64>,
 }
 
 impl Sleep {
@@ -63,6 +80,11 @@ impl Sleep {
             state: (0..workers)
                 .map(|_| CachePadded(AtomicU32::new(AWAKE)))
                 .collect(),
+            everyone: match workers {
+                64 => Some(u64::MAX),
+                n if n < 64 => Some((1u64 << n) - 1),
+                _ => None,
+            },
         }
     }
 
@@ -75,12 +97,19 @@ impl Sleep {
 
     /// Worker `i` has nothing to do: sleep until woken, unless `ready()` after announcing.
     /// Returns whether a waker claimed this worker (a push meant it to look for work).
-    pub(crate) fn sleep(&self, i: usize, ready: impl Fn() -> bool) -> bool {
+    ///
+    /// `only_pool_work`: `ready()` waits only for what this pool's workers and outside threads
+    /// push (no latch that a worker of another pool sets); then a worker that announces
+    /// itself last, every other worker's bit already set, skips the heavy fence (see the
+    /// module documentation).
+    pub(crate) fn sleep(&self, i: usize, only_pool_work: bool, ready: impl Fn() -> bool) -> bool {
         let (word, bit) = (&self.sleepers[i / 64], 1u64 << (i % 64));
         let state = &self.state[i];
         state.store(ASLEEP, Relaxed);
-        word.fetch_or(bit, SeqCst);
-        spindle_sync::fence::heavy();
+        let before = word.fetch_or(bit, SeqCst);
+        if !(only_pool_work && self.everyone == Some(before | bit)) {
+            spindle_sync::fence::heavy();
+        }
         if !ready() {
             while state.load(Acquire) == ASLEEP {
                 futex_wait(state, ASLEEP);
@@ -153,7 +182,7 @@ mod loom_models {
                 let (sleep, job) = (sleep.clone(), job.clone());
                 loom::thread::spawn(move || {
                     while job.load(Acquire) == 0 {
-                        sleep.sleep(1, || job.load(Acquire) != 0);
+                        sleep.sleep(1, true, || job.load(Acquire) != 0);
                     }
                 })
             };
@@ -173,7 +202,7 @@ mod loom_models {
                 let (sleep, latch) = (sleep.clone(), latch.clone());
                 loom::thread::spawn(move || {
                     while latch.load(Acquire) == 0 {
-                        sleep.sleep(0, || latch.load(Acquire) != 0);
+                        sleep.sleep(0, false, || latch.load(Acquire) != 0);
                     }
                 })
             };

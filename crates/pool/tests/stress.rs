@@ -155,3 +155,35 @@ fn wake_ups_from_an_idle_pool_are_never_lost() {
     });
     assert_eq!(rounds, 3000);
 }
+
+#[test]
+fn a_job_blocked_on_its_child_always_finds_a_worker_for_it() {
+    // Each round, into a pool whose workers are asleep: a job spawns a child (a push to its
+    // own deque: plain stores) and then blocks its worker until the child has run. Only
+    // another worker can run the child, and that worker went to sleep last — the case where
+    // a sleeper skips the heavy fence. A push it slept through would block the round forever;
+    // the watchdog turns that into a failure. (It checks the claims and hand-offs around that
+    // path; the store-buffering window itself is nanoseconds wide: in three runs this test did
+    // not catch a build with no fence at all, so the module's argument is what covers it.)
+    let pool = Arc::new(ThreadPool::new(2.max(cpus())).unwrap());
+    let p = pool.clone();
+    let rounds = within_watchdog("jobs blocked on their children", move || {
+        let mut rounds = 0u32;
+        for i in 0..3000u32 {
+            let (tx, rx) = mpsc::channel();
+            p.spawn(move || {
+                let (ctx, crx) = mpsc::channel();
+                spindle_pool::spawn(move || ctx.send(i).unwrap());
+                let got = crx.recv_timeout(WATCHDOG).expect("the child never ran");
+                tx.send(got).unwrap();
+            });
+            assert_eq!(rx.recv().unwrap(), i);
+            if i % 2 == 0 {
+                std::thread::sleep(Duration::from_micros(30 + (i % 11) as u64 * 20));
+            }
+            rounds += 1;
+        }
+        rounds
+    });
+    assert_eq!(rounds, 3000);
+}
