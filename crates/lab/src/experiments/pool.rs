@@ -7,6 +7,7 @@
 //!
 //! - **fib**: fib(25) with a join in every call that recurses (121 392 joins), ns per join,
 //!   against the same recursion with both halves called in turn.
+//! - **scaling**: the same fib on Spindle's and rayon's pools of 1, 2, 4, … and all workers.
 //! - **tree**: chili's benchmark, the sum of a balanced binary tree of 1 023 nodes with a join
 //!   per node, ns per sum (the tree is built once).
 //! - **spawn**: tasks that each increment a counter, spawned from inside the pool (a scope;
@@ -460,6 +461,74 @@ fn fib_section<'a>(plan: &mut Plan<'a>, p: &'a Pools, fib: &'a Fib, threads: usi
 }
 
 /// The tree sum, ns per sum; chili's figures as reference ratios to the sequential sum.
+/// Pools of 1, 2, 4, … workers below the full count, for the scaling section (the full-size
+/// pools are in [`Pools`]); built once per visit, like those.
+type Smaller = Vec<(usize, spindle_pool::ThreadPool, rayon::ThreadPool)>;
+
+fn smaller_pools(threads: usize) -> Result<Smaller, String> {
+    std::iter::successors(Some(1usize), |k| Some(k * 2))
+        .take_while(|&k| k < threads)
+        .map(|k| {
+            let spindle =
+                spindle_pool::ThreadPool::new(k).map_err(|e| format!("spindle-pool: {e}"))?;
+            let rayon = rayon::ThreadPoolBuilder::new()
+                .num_threads(k)
+                .build()
+                .map_err(|e| format!("rayon: {e}"))?;
+            Ok((k, spindle, rayon))
+        })
+        .collect()
+}
+
+/// fib(n) on pools of 1, 2, 4, … and all workers: how the join scales with the workers.
+fn scaling_section<'a>(
+    plan: &mut Plan<'a>,
+    p: &'a Pools,
+    smaller: &'a Smaller,
+    fib: &'a Fib,
+    threads: usize,
+) {
+    plan.section(
+        Section::per_op(
+            "scaling",
+            format!("fib({FIB}) on 1 to {threads} workers"),
+            "join",
+        )
+        .baseline("scale-spindle-1"),
+    );
+    let sizes = smaller
+        .iter()
+        .map(|(k, s, r)| (*k, s, r))
+        .chain(std::iter::once((threads, &p.spindle, &p.rayon)));
+    for (k, spindle, rayon) in sizes {
+        let expect = fib.expect();
+        plan.variant(
+            Variant::calibrated(
+                "scaling",
+                format!("scale-spindle-{k}"),
+                format!("Spindle, {k} worker(s)"),
+                move |n| {
+                    let span = spindle.install(|| repeat(n, expect, || fib.run::<SpindleJoin>()));
+                    per(span, n * FIB_JOINS)
+                },
+            )
+            .threads(k),
+        );
+        plan.variant(
+            Variant::calibrated(
+                "scaling",
+                format!("scale-rayon-{k}"),
+                format!("rayon, {k} worker(s)"),
+                move |n| {
+                    let span = rayon.install(|| repeat(n, expect, || fib.run::<RayonJoin>()));
+                    per(span, n * FIB_JOINS)
+                },
+            )
+            .threads(k),
+        );
+    }
+}
+
 fn tree_section<'a>(plan: &mut Plan<'a>, p: &'a Pools, tree: &'a Tree, threads: usize) {
     plan.section(
         Section::per_op(
@@ -967,6 +1036,7 @@ impl Experiment for Pool {
         let idle_ms = if full { 50 } else { 20 };
         ctx.status("building the pools and the inputs");
         let pools = Pools::new(threads)?;
+        let smaller = smaller_pools(threads)?;
         let fib = Fib(FIB);
         let tree = Tree {
             root: Node::balanced(TREE_LEVELS),
@@ -1018,6 +1088,7 @@ impl Experiment for Pool {
             ),
         );
         fib_section(&mut plan, p, &fib, threads);
+        scaling_section(&mut plan, p, &smaller, &fib, threads);
         tree_section(&mut plan, p, &tree, threads);
         spawn_section(&mut plan, p, threads, full);
         sum_section(&mut plan, p, &v, threads);
