@@ -30,10 +30,11 @@
 //! - **Shared jobs** (spawns, promoted halves) go to per-worker Chase–Lev deques whose push is
 //!   plain stores; from outside the pool, to a global injector.
 //! - **Idle workers** spin briefly (asking for work; how long, each learns from whether its
-//!   spins find work), then sleep on a futex each. A push wakes
-//!   one sleeper, and only if one has announced itself: while nobody sleeps a push executes no
-//!   `lock`ed instruction and no fence. The sleeper pays for that with a process-wide barrier
-//!   ([`spindle_sync::fence::heavy`]) before its last look for work (see `sleep`).
+//!   spins find work), then sleep on a futex each. A push wakes one sleeper, and only if one
+//!   has announced itself: while nobody sleeps a push executes no `lock`ed instruction and no
+//!   fence. The sleeper pays for that with a process-wide barrier
+//!   ([`spindle_sync::fence::heavy`]) before its last look for work — except the last worker
+//!   of the pool to go to sleep, which needs none (see `sleep`).
 //! - **Parallel loops** ([`for_each`], [`map_reduce`]) over ranges and slices split lazily in
 //!   the same way: a loop is one sequential piece until another worker asks.
 //! - **Affinity**: a pool built with [`Builder::cpus`] or [`Builder::pinned`] pins its workers,
