@@ -453,6 +453,10 @@ impl ThreadPool {
 
 /// The pool the free functions use outside any pool: one unpinned worker per CPU this process
 /// may run on, started on first use.
+///
+/// # Panics
+/// If its workers cannot be started (the system refuses new threads); build a pool of your own
+/// with [`Builder::build`] to get that as an error instead.
 pub fn global() -> &'static ThreadPool {
     static GLOBAL: OnceLock<ThreadPool> = OnceLock::new();
     GLOBAL.get_or_init(|| {
