@@ -1,5 +1,5 @@
-//! `pool`: Spindle's work-stealing fork/join pool (`spindle-pool`) beside rayon, chili and
-//! tokio's multi-thread runtime, on what a pool is judged by: what a join costs when it is
+//! `pool`: Spindle's work-stealing fork/join pool (`spindle-pool`) beside rayon, chili,
+//! fork_union and tokio's multi-thread runtime, on what a pool is judged by: what a join costs when it is
 //! not worth stealing, how fast tasks can be spawned, what a pool burns while it has almost
 //! nothing to do, and how fast it wakes when work arrives (chili's README, 2024: a 1 023-node
 //! tree sum takes 1.8 µs sequentially, 3.4 µs with chili, 51.1 µs with rayon; rayon #642,
@@ -13,7 +13,8 @@
 //! - **spawn**: tasks that each increment a counter, spawned from inside the pool (a scope;
 //!   tokio: a task that spawns them and waits for the last), ns per task.
 //! - **sum**: the sum of a `Vec<u64>` (10^8 elements in the full profile): Spindle's
-//!   `map_reduce` over the slice against rayon's `par_iter().sum()` and a plain loop.
+//!   `map_reduce` over the slice against rayon's `par_iter().sum()`, fork_union's
+//!   `for_slices` (one slice per thread, a partial sum each) and a plain loop.
 //! - **idle**: CPU time of all the pool's threads while a thread outside it spawns one tiny
 //!   task per millisecond, in % of one CPU. The threads are those that appeared in
 //!   `/proc/self/task` when the pool was built; their CPU time is the first field of
@@ -28,6 +29,12 @@
 //! and is built once per visit, before any trial: building is never timed. Fork/join work
 //! enters its pool once per run (`install`; chili: one scope on the calling thread) and is
 //! timed inside it, so that a run measures joins, not the trip into the pool.
+//!
+//! fork_union (C++ behind a Rust API) is OpenMP-style: one function broadcast to every thread,
+//! no nested join and no spawn, so it takes part only in the sum, idle and wake sections. Its
+//! workers spin between broadcasts; the lab measures that (its idle and wake figures), and puts
+//! them into fork_union's power-saving mode after every use (see [`ForkUnion`]), so that they do
+//! not take a CPU from the other contestants' trials.
 //!
 //! Contestants are named by [`Who`]; each section has a table of who takes part and with
 //! which label, and one function that runs any of them.
@@ -83,6 +90,7 @@ enum Who {
     Rayon,
     Chili,
     Tokio,
+    ForkUnion,
     Sequential,
 }
 
@@ -94,6 +102,7 @@ impl Who {
             Who::Rayon => "rayon",
             Who::Chili => "chili",
             Who::Tokio => "tokio",
+            Who::ForkUnion => "fork-union",
             Who::Sequential => "seq",
         }
     }
@@ -113,9 +122,10 @@ struct Pools {
     rayon: rayon::ThreadPool,
     chili: chili::ThreadPool,
     tokio: tokio::runtime::Runtime,
-    /// The threads Spindle's, rayon's and tokio's pools started (in that order), or why they
-    /// could not be told apart from the process's other threads.
-    tids: Result<[Vec<u32>; 3], String>,
+    fork_union: ForkUnion,
+    /// The threads Spindle's, rayon's, tokio's and fork_union's pools started (in that order),
+    /// or why they could not be told apart from the process's other threads.
+    tids: Result<[Vec<u32>; 4], String>,
 }
 
 impl Pools {
@@ -138,16 +148,19 @@ impl Pools {
                 .build()
                 .map_err(|e| format!("tokio: {e}"))
         })?;
+        let (fork_union, d) = started(|| ForkUnion::new(threads))?;
+        fork_union.rest();
         let chili = chili::ThreadPool::with_config(chili::Config {
             thread_count: NonZero::new(threads),
             ..Default::default()
         });
-        let tids = a.and_then(|a| Ok([a, b?, c?]));
+        let tids = a.and_then(|a| Ok([a, b?, c?, d?]));
         Ok(Pools {
             spindle,
             rayon,
             chili,
             tokio,
+            fork_union,
             tids,
         })
     }
@@ -158,6 +171,7 @@ impl Pools {
             Who::Spindle => 0,
             Who::Rayon => 1,
             Who::Tokio => 2,
+            Who::ForkUnion => 3,
             _ => unreachable!("{who:?} is not in the idle section"),
         };
         self.tids.as_ref().map_or(&[], |t| &t[i])
@@ -185,6 +199,58 @@ impl Submit for rayon::ThreadPool {
 impl Submit for tokio::runtime::Runtime {
     fn submit(&self, task: impl FnOnce() + Send + 'static) {
         drop(tokio::runtime::Runtime::spawn(self, async move { task() }));
+    }
+}
+
+/// fork_union's pool (OpenMP-style: the caller broadcasts one function to every thread and
+/// waits for all of them; no nested fork/join, no spawn). Its workers spin (x86 `pause`)
+/// between broadcasts until [`ForkUnion::rest`] puts them into its power-saving mode, where
+/// each sleeps [`FORK_UNION_NAP`] at a time and looks again; the next broadcast makes them
+/// spin again. The lab rests it after every use, so that its spinning workers never take a
+/// CPU from another contestant's trial.
+struct ForkUnion(std::sync::Mutex<fork_union::ThreadPool>);
+
+/// How long a resting fork_union worker sleeps before it looks for work again.
+const FORK_UNION_NAP: Duration = Duration::from_micros(500);
+
+impl ForkUnion {
+    /// `threads` in all, the calling thread one of them (fork_union's default).
+    fn new(threads: usize) -> Result<ForkUnion, String> {
+        let pool = fork_union::ThreadPool::try_named_spawn("fu-worker", threads)
+            .map_err(|e| format!("fork_union: {e}"))?;
+        Ok(ForkUnion(std::sync::Mutex::new(pool)))
+    }
+
+    fn pool(&self) -> std::sync::MutexGuard<'_, fork_union::ThreadPool> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Puts the workers into fork_union's power-saving mode.
+    fn rest(&self) {
+        self.pool().sleep(FORK_UNION_NAP.as_micros() as usize);
+    }
+
+    /// One empty broadcast: brings resting workers back to spinning before a timed run (as
+    /// `install` brings a sleeping worker of the other pools into a run).
+    fn rouse(&self) {
+        drop(self.pool().for_threads(|_, _| {}));
+    }
+}
+
+impl Submit for ForkUnion {
+    /// Runs `task` on the pool's last thread (a worker, unless the pool is the caller alone)
+    /// and returns when every thread is done: a broadcast is fork_union's only way in.
+    fn submit(&self, task: impl FnOnce() + Send + 'static) {
+        let mut pool = self.pool();
+        let last = pool.threads() - 1;
+        let task = std::sync::Mutex::new(Some(task));
+        drop(pool.for_threads(|t, _| {
+            if t == last {
+                if let Some(task) = task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    task();
+                }
+            }
+        }));
     }
 }
 
@@ -433,7 +499,7 @@ fn joins<K: Kernel>(p: &Pools, who: Who, k: &K, n: u64) -> Span {
             repeat(n, expect, || k.run_chili(&mut s))
         }
         Who::Sequential => repeat(n, expect, || k.run::<NoJoin>()),
-        Who::Tokio => unreachable!("tokio has no join"),
+        Who::Tokio | Who::ForkUnion => unreachable!("{who:?} has no nested join"),
     }
 }
 
@@ -662,6 +728,27 @@ fn sums(p: &Pools, who: Who, v: &[u64], expect: u64, n: u64) -> Span {
         Who::Rayon => p
             .rayon
             .install(|| repeat(n, expect, || black_box(v).par_iter().sum())),
+        Who::ForkUnion => {
+            p.fork_union.rouse();
+            let span = {
+                let mut pool = p.fork_union.pool();
+                let partial: Vec<CachePadded<AtomicU64>> = (0..pool.threads())
+                    .map(|_| CachePadded(AtomicU64::new(0)))
+                    .collect();
+                repeat(n, expect, || {
+                    let v = black_box(v);
+                    drop(pool.for_slices(v.len(), |prong, count| {
+                        let part = &v[prong.task_index..prong.task_index + count];
+                        partial[prong.thread_index].fetch_add(part.iter().sum(), Relaxed);
+                    }));
+                    // The broadcast's end (every thread's release decrement, acquired by
+                    // the caller's wait) orders the workers' adds before these loads.
+                    partial.iter().map(|c| c.swap(0, Relaxed)).sum()
+                })
+            };
+            p.fork_union.rest();
+            span
+        }
         Who::Sequential => repeat(n, expect, || black_box(v).iter().sum()),
         _ => unreachable!("{who:?} has no parallel sum here"),
     }
@@ -681,6 +768,10 @@ fn sum_section<'a>(plan: &mut Plan<'a>, p: &'a Pools, v: &'a [u64], threads: usi
     for (who, label) in [
         (Who::Spindle, "Spindle map_reduce over the slice"),
         (Who::Rayon, "rayon par_iter().sum()"),
+        (
+            Who::ForkUnion,
+            "fork_union for_slices, a partial sum per thread",
+        ),
         (Who::Sequential, "sequential iter().sum()"),
     ] {
         let run = move |n| per(sums(p, who, v, expect, n), n * len);
@@ -727,6 +818,11 @@ fn idle_of(p: &Pools, who: Who, ms: u64) -> Sample {
         Who::Spindle => idle(&p.spindle, tids, ms),
         Who::Rayon => idle(&p.rayon, tids, ms),
         Who::Tokio => idle(&p.tokio, tids, ms),
+        Who::ForkUnion => {
+            let cpu = idle(&p.fork_union, tids, ms);
+            p.fork_union.rest();
+            cpu
+        }
         _ => unreachable!("{who:?} is not in the idle section"),
     }
 }
@@ -810,15 +906,24 @@ fn wakes_of(p: &Pools, who: Who, n: u64, ticks_per_ns: f64) -> Vec<f64> {
         Who::Spindle => wakes(&p.spindle, n, ticks_per_ns),
         Who::Rayon => wakes(&p.rayon, n, ticks_per_ns),
         Who::Tokio => wakes(&p.tokio, n, ticks_per_ns),
+        Who::ForkUnion => {
+            let l = wakes(&p.fork_union, n, ticks_per_ns);
+            p.fork_union.rest();
+            l
+        }
         _ => unreachable!("{who:?} is not in the wake section"),
     }
 }
 
 /// Who takes part in the idle and wake sections.
-const SPAWNERS: [(Who, &str); 3] = [
+const SPAWNERS: [(Who, &str); 4] = [
     (Who::Spindle, "Spindle ThreadPool::spawn"),
     (Who::Rayon, "rayon ThreadPool::spawn"),
     (Who::Tokio, "tokio multi-thread runtime, Runtime::spawn"),
+    (
+        Who::ForkUnion,
+        "fork_union for_threads (its workers spin between broadcasts)",
+    ),
 ];
 
 fn idle_section<'a>(plan: &mut Plan<'a>, p: &'a Pools, ms: u64, threads: usize) {
@@ -1015,7 +1120,7 @@ impl Experiment for Pool {
         Info {
             name: "pool",
             title: "Fork/join pools: join overhead, spawning, a parallel sum, idle CPU, wake-up",
-            summary: "Spindle's work-stealing pool vs rayon, chili and tokio: fib and 1 023-node tree joins, spawns, a parallel sum, idle CPU, wake from idle",
+            summary: "Spindle's work-stealing pool vs rayon, chili, fork_union and tokio: fib and 1 023-node tree joins, spawns, a parallel sum, idle CPU, wake from idle",
             question: "What does a join cost when nobody needs to steal it (fib, chili's tree sum), how fast can tasks be \
                        spawned, how does a parallel sum scale, how much CPU does a pool burn given one task per \
                        millisecond, and how fast does a task spawned into an idle pool start?",
@@ -1096,10 +1201,11 @@ impl Experiment for Pool {
                 plan.param(
                     "idle: threads watched",
                     format!(
-                        "Spindle {}, rayon {}, tokio {}",
+                        "Spindle {}, rayon {}, tokio {}, fork_union {}",
                         t[0].len(),
                         t[1].len(),
-                        t[2].len()
+                        t[2].len(),
+                        t[3].len()
                     ),
                 );
                 idle_section(&mut plan, p, idle_ms, threads);
@@ -1160,11 +1266,13 @@ mod tests {
             joins(&p, who, &tree, 3);
         }
         let v: Vec<u64> = (0..1000).collect();
-        for who in [Who::Spindle, Who::Rayon, Who::Sequential] {
+        for who in [Who::Spindle, Who::Rayon, Who::ForkUnion, Who::Sequential] {
             sums(&p, who, &v, 499_500, 2);
         }
         for (who, _) in SPAWNERS {
-            spawns(&p, who, 1000);
+            if who != Who::ForkUnion {
+                spawns(&p, who, 1000);
+            }
             assert_eq!(wakes_of(&p, who, 3, 1.0).len(), 3);
         }
         assert_eq!(wakes_futex(3, 1.0).len(), 3);
