@@ -25,8 +25,10 @@
 //!   (or between two blocks of a parallel loop), moves its *oldest* pending `b` — the largest
 //!   piece of work it holds — to its work-stealing deque. This is receiver-initiated stealing
 //!   (Acar, Charguéraud and Rainey's private deques); chili's heartbeats promote the same way,
-//!   but on a timer. See `registry` for the protocol and why a promoted job's stack frame
-//!   outlives every use.
+//!   but on a timer. The one join that cannot wait to be asked is a tree's root whose `a` runs
+//!   long without joining again (`join(long, long)`): a root hands `b` out at once, waking a
+//!   sleeper, when it came from outside the pool or the worker's last tree ran long. See
+//!   `registry` for the protocol and why a promoted job's stack frame outlives every use.
 //! - **Shared jobs** (spawns, promoted halves) go to per-worker Chase–Lev deques whose push is
 //!   plain stores; from outside the pool, to a global injector.
 //! - **Idle workers** spin briefly (asking for work; how long, each learns from whether its
@@ -370,7 +372,7 @@ impl ThreadPool {
         a: impl FnOnce() -> RA + Send,
         b: impl FnOnce() -> RB + Send,
     ) -> (RA, RB) {
-        self.install(|| join(a, b))
+        self.install(|| join_entered(a, b))
     }
 
     /// [`scope`] on this pool.
@@ -478,8 +480,20 @@ pub fn join<RA: Send, RB: Send>(
 ) -> (RA, RB) {
     match current() {
         Some(w) => w.join(a, b),
-        None => global().install(|| join(a, b)),
+        None => global().install(|| join_entered(a, b)),
     }
+}
+
+/// A join entered from outside the pool (through `install`): worth a wake-up whatever the
+/// worker's last tree took, since its caller already paid one to get here and `a` may run long
+/// without joining again.
+fn join_entered<RA: Send, RB: Send>(
+    a: impl FnOnce() -> RA + Send,
+    b: impl FnOnce() -> RB + Send,
+) -> (RA, RB) {
+    let w = current().expect("install runs on a worker");
+    w.expect_long_tree();
+    w.join(a, b)
 }
 
 /// Run `f` with a [`Scope`] whose spawned jobs may borrow from the caller; returns once every

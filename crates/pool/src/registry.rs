@@ -29,6 +29,15 @@
 //! sleeper so that there is somebody to ask. A shorter tree (chili's 1 023-node sum) or a task
 //! that never joins wakes nobody: it would be over before the wake-up paid for itself.
 //!
+//! Asking needs a join to answer at, and `join(a, b)` whose `a` runs long without joining
+//! again has none until `a` returns. So the *root* of a tree (a join at depth 0 in the job the
+//! worker runs) promotes its own second half at once, waking a sleeper, when the worker's last
+//! tree ran for `LONG_TREE` (50 µs) or more, and always when the join came from outside the
+//! pool (`ThreadPool::join`, or `join` called outside every pool: the caller already paid a
+//! wake-up to get in). After short trees a root costs two clock reads and no wake-up; the
+//! first long tree of few joins after short ones on a worker inside the pool can run its root
+//! halves in turn, which the next tree's root makes up for.
+//!
 //! Why a promoted half's stack frame outlives every use: the join does not return (nor unwind
 //! past its frame) before the half's latch is set, and the latch is the last thing the job's
 //! runner touches (see `job::Latch::set`).
@@ -42,9 +51,12 @@
 //! long to spin: twice as long after a spin that found work or a sleep that a wake-up ended
 //! soon (within the longest spin), half as long after a spin that found nothing, and not at
 //! all once that falls below a quarter of the pool's measured spin or after a sleep longer
-//! than the longest spin; at most 32 times it. The
-//! workers of a pool that gets a task now and then go straight back to sleep after each, and
-//! those of a busy one bridge the gaps between jobs without sleeping.
+//! than the longest spin; at most 32 times it. The workers of a pool that gets a task now and
+//! then go straight back to sleep after each, and those of a busy one bridge the gaps between
+//! jobs without sleeping. One exception: a worker that a push or a helper call woke (its bit
+//! claimed) and that then finds nothing to run was woken to ask for work (a join tree or a
+//! loop that has run for a while wakes a helper, and its work is on no queue until somebody
+//! asks), so it spins and asks for at least the pool's measured spin, whatever it learnt.
 
 use std::any::Any;
 use std::cell::{Cell, UnsafeCell};
@@ -258,6 +270,14 @@ pub(crate) struct WorkerThread {
     /// when a spin finds work or a sleep ends soon, halved when a spin finds nothing (and
     /// zero below a quarter of `Registry::spin`); at most `Registry::max_spin`.
     spin: Cell<Duration>,
+    /// A waker claimed this worker in its last sleep, and it has not found work since.
+    called: Cell<bool>,
+    /// Registered joins this worker is inside, in the job it runs now (0 when a job starts;
+    /// a join that unwinds leaves it as it was, which only makes later roots look inner
+    /// until the next job starts).
+    depth: Cell<u32>,
+    /// Whether this worker's last join tree ran for [`LONG_TREE`] or more.
+    long_trees: Cell<bool>,
     rng: Cell<u64>,
 }
 
@@ -273,6 +293,11 @@ const REGISTER_EVERY: u32 = 64;
 /// A join tree that has run this many joins wakes a sleeping worker to ask it for work: a
 /// short tree (chili's 1 023-node sum) finishes before a wake-up would pay for itself.
 const WAKE_AFTER: u32 = 4096;
+/// A join tree that ran this long makes the next tree's root join hand its second half out at
+/// once, waking a sleeper: a tree like `join(long, long)` has no later join at which a helper
+/// could ask for work. Shorter trees (chili's 1 023-node sum: a few µs) would only pay the
+/// wake-up, which costs about as much as they do.
+const LONG_TREE: Duration = Duration::from_micros(50);
 
 thread_local! {
     static CURRENT: Cell<*const WorkerThread> = const { Cell::new(std::ptr::null()) };
@@ -303,6 +328,9 @@ pub(crate) fn worker_main(registry: Arc<Registry>, index: usize) {
         skip: Cell::new(0),
         registered: Cell::new(None),
         spin: Cell::new(registry.spin),
+        called: Cell::new(false),
+        depth: Cell::new(0),
+        long_trees: Cell::new(true),
         rng: Cell::new(
             0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03),
         ),
@@ -333,6 +361,8 @@ impl WorkerThread {
     fn main_loop(&self) {
         loop {
             if let Some(job) = self.find_work() {
+                self.called.set(false);
+                self.depth.set(0);
                 execute(job);
                 continue;
             }
@@ -393,9 +423,19 @@ impl WorkerThread {
             }),
         );
         let promoted = Cell::new(false);
+        let depth = self.depth.replace(self.depth.get() + 1);
         // SAFETY: `job_b` stays in this frame until it runs inline or its latch is set: the
         // guard below waits for the latch if `a` unwinds.
-        if unsafe { self.push_local(job_b.as_job_ref(), &promoted) } {
+        let was_empty = unsafe { self.push_local(job_b.as_job_ref(), &promoted) };
+        let root = (depth == 0).then(Instant::now);
+        if root.is_some() && self.long_trees.get() {
+            // The outermost join of a tree, and this worker's last tree ran long: the second
+            // half goes to the deque at once (and a sleeper is woken), where a helper can take
+            // it even while `a` runs long without joining again (nobody could ask for it
+            // before `a` joins). After short trees this would only add a wake-up to each.
+            self.promote();
+        }
+        if was_empty {
             self.registered.set(Some(0));
         } else if let Some(r) = self.registered.get() {
             // Registered joins stand for REGISTER_EVERY joins each once the tree is deep.
@@ -421,10 +461,28 @@ impl WorkerThread {
         if !promoted.get() {
             self.pop_local();
             let rb = job_b.run_inline();
+            self.end_join(depth, root);
             return (ra, rb);
         }
         self.wait_until(&job_b.latch);
+        self.end_join(depth, root);
         (ra, job_b.into_result())
+    }
+
+    /// The next join tree's root hands its second half out at once, however long the last
+    /// tree ran (see [`LONG_TREE`]).
+    pub(crate) fn expect_long_tree(&self) {
+        self.long_trees.set(true);
+    }
+
+    /// Leave a registered join entered at `depth`; a tree's root (timed from `root`) also
+    /// tells whether the next tree's root should hand its second half out at once.
+    #[inline]
+    fn end_join(&self, depth: u32, root: Option<Instant>) {
+        self.depth.set(depth);
+        if let Some(t0) = root {
+            self.long_trees.set(t0.elapsed() >= LONG_TREE);
+        }
     }
 
     /// Entries on the local stack.
@@ -510,8 +568,11 @@ impl WorkerThread {
                 // A job run here starts its own join tree: it registers its outermost joins
                 // whatever the joins below this wait left to skip.
                 let skip = self.skip.replace(0);
+                let depth = self.depth.replace(0);
+                self.called.set(false);
                 execute(job);
                 self.skip.set(skip);
+                self.depth.set(depth);
                 continue;
             }
             self.idle(Some(latch));
@@ -588,6 +649,12 @@ impl WorkerThread {
         let start = Instant::now();
         let n = registry.workers.len();
         let mut round = 0usize;
+        // Woken to help and nothing found: ask for work at least this long.
+        let spin = if self.called.replace(false) {
+            self.spin.get().max(registry.spin)
+        } else {
+            self.spin.get()
+        };
         loop {
             if done() || registry.has_work(self.index) {
                 if round > 0 {
@@ -600,7 +667,7 @@ impl WorkerThread {
             if latch.is_none() && registry.terminating.load(Acquire) {
                 return false;
             }
-            if start.elapsed() >= self.spin.get() {
+            if start.elapsed() >= spin {
                 // A worker that learnt not to spin does not touch other workers' lines or
                 // pause at all: the less CPU it burns between wake-ups, the sooner the kernel
                 // runs it when it is woken.
@@ -632,6 +699,7 @@ impl WorkerThread {
         let claimed = registry.sleep.sleep(self.index, latch.is_none(), || {
             done() || stopping() || registry.has_work(self.index)
         });
+        self.called.set(claimed);
         if claimed && done() && registry.has_work(self.index) {
             // A push's wake-up chose this worker, which returns to the wait its latch ended
             // rather than to the work: pass the wake-up on.

@@ -344,3 +344,50 @@ fn a_loop_with_costly_items_is_shared() {
         assert_eq!(who.lock().unwrap().len(), 2, "the loop never split");
     }
 }
+
+#[test]
+fn a_pool_that_slept_long_still_shares_loops_and_joins() {
+    // A worker woken to help after a long sleep (so long that it learnt not to spin) still
+    // asks for work: a join tree's or a loop's work is on no queue until somebody asks. Each
+    // round runs a loop of costly items and a join of two long halves, then the pool sleeps;
+    // every one must be shared.
+    let p = pool(2);
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return; // one CPU: whether the helper runs in time is up to the scheduler
+    }
+    for round in 0..4 {
+        let who = Mutex::new(std::collections::HashSet::new());
+        let n = p.map_reduce(
+            0..100u32,
+            || 0u32,
+            |_| {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+                who.lock()
+                    .unwrap()
+                    .insert(spindle_pool::current_thread_index());
+                1
+            },
+            |a, b| a + b,
+        );
+        assert_eq!(n, 100);
+        assert_eq!(
+            who.lock().unwrap().len(),
+            2,
+            "round {round}: the loop never split"
+        );
+        // Short trees first (they teach the worker that roots need no helper), then a join
+        // of two long halves that never join again: the second half must still be taken.
+        p.install(|| {
+            (0..100)
+                .map(|i| spindle_pool::join(|| i, || 1).0)
+                .sum::<i32>()
+        });
+        let long = || {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            spindle_pool::current_thread_index()
+        };
+        let (a, b) = p.join(long, long);
+        assert_ne!(a, b, "round {round}: join(long, long) ran on one worker");
+        std::thread::sleep(std::time::Duration::from_millis(30));
+    }
+}
