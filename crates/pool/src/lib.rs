@@ -27,7 +27,7 @@
 //!   (Acar, Charguéraud and Rainey's private deques); chili's heartbeats promote the same way,
 //!   but on a timer. The one join that cannot wait to be asked is a tree's root whose `a` runs
 //!   long without joining again (`join(long, long)`): a root hands `b` out at once, waking a
-//!   sleeper, when it came from outside the pool or the worker's last tree ran long. See
+//!   sleeper, when the worker's last tree (or last join entered from outside) ran long. See
 //!   `registry` for the protocol and why a promoted job's stack frame outlives every use.
 //! - **Shared jobs** (spawns, promoted halves) go to per-worker Chase–Lev deques whose push is
 //!   plain stores; from outside the pool, to a global injector.
@@ -226,6 +226,7 @@ impl Builder {
         let registry = Arc::new(Registry::new(RegistryConfig {
             cpus,
             spin: self.spin.unwrap_or_else(measured_spin),
+            long_tree_ticks: long_tree_ticks(),
             panic_handler: self.panic_handler.take(),
             start_handler: self.start_handler.take(),
             exit_handler: self.exit_handler.take(),
@@ -264,6 +265,20 @@ fn allowed_cpus() -> Vec<usize> {
 /// the barrier a worker issues before it sleeps (the part of a sleep and wake-up that is
 /// ours), within [1 µs, 20 µs]. Spinning as long as the sleep would cost bounds the waste to
 /// twice the optimum (the ski-rental argument).
+/// [`registry::LONG_TREE`] in TSC ticks, from the TSC's rate measured once (over 200 µs) per
+/// process: a tree's root reads the TSC, cheaper than the clock.
+fn long_tree_ticks() -> u64 {
+    static TICKS: OnceLock<u64> = OnceLock::new();
+    *TICKS.get_or_init(|| {
+        let (t0, c0) = (Instant::now(), registry::rdtsc());
+        while t0.elapsed() < Duration::from_micros(200) {
+            std::hint::spin_loop();
+        }
+        let per_ns = registry::rdtsc().wrapping_sub(c0) as f64 / t0.elapsed().as_nanos() as f64;
+        (registry::LONG_TREE.as_nanos() as f64 * per_ns.max(0.1)) as u64
+    })
+}
+
 fn measured_spin() -> Duration {
     static SPIN: OnceLock<Duration> = OnceLock::new();
     *SPIN.get_or_init(|| {
@@ -372,7 +387,11 @@ impl ThreadPool {
         a: impl FnOnce() -> RA + Send,
         b: impl FnOnce() -> RB + Send,
     ) -> (RA, RB) {
-        self.install(|| join_entered(a, b))
+        if self.on_own_worker() {
+            join(a, b)
+        } else {
+            in_worker_cold(&self.registry, || join_entered(a, b))
+        }
     }
 
     /// [`scope`] on this pool.
@@ -484,16 +503,16 @@ pub fn join<RA: Send, RB: Send>(
     }
 }
 
-/// A join entered from outside the pool (through `install`): worth a wake-up whatever the
-/// worker's last tree took, since its caller already paid one to get here and `a` may run long
-/// without joining again.
+/// A join entered from outside the pool (through `install`): its root hands its second half
+/// out when the last join entered on this worker ran long, whatever trees ran in between
+/// (see `WorkerThread::join_entered`).
 fn join_entered<RA: Send, RB: Send>(
     a: impl FnOnce() -> RA + Send,
     b: impl FnOnce() -> RB + Send,
 ) -> (RA, RB) {
-    let w = current().expect("install runs on a worker");
-    w.expect_long_tree();
-    w.join(a, b)
+    current()
+        .expect("install runs on a worker")
+        .join_entered(a, b)
 }
 
 /// Run `f` with a [`Scope`] whose spawned jobs may borrow from the caller; returns once every

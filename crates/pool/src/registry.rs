@@ -32,11 +32,11 @@
 //! Asking needs a join to answer at, and `join(a, b)` whose `a` runs long without joining
 //! again has none until `a` returns. So the *root* of a tree (a join at depth 0 in the job the
 //! worker runs) promotes its own second half at once, waking a sleeper, when the worker's last
-//! tree ran for `LONG_TREE` (50 µs) or more, and always when the join came from outside the
-//! pool (`ThreadPool::join`, or `join` called outside every pool: the caller already paid a
-//! wake-up to get in). After short trees a root costs two clock reads and no wake-up; the
-//! first long tree of few joins after short ones on a worker inside the pool can run its root
-//! halves in turn, which the next tree's root makes up for.
+//! tree ran for `LONG_TREE` (50 µs) or more — or, for a join entered from outside the pool
+//! (`ThreadPool::join`, or `join` called outside every pool), when the last join entered on
+//! that worker did. After short trees a root costs two TSC reads and no wake-up; the first
+//! long tree of few joins after short ones can run its root halves in turn, which the next
+//! tree's root makes up for.
 //!
 //! Why a promoted half's stack frame outlives every use: the join does not return (nor unwind
 //! past its frame) before the half's latch is set, and the latch is the last thing the job's
@@ -96,6 +96,7 @@ pub(crate) struct Registry {
     /// How long an idle worker looks for work before it sleeps, at least and at most.
     spin: Duration,
     max_spin: Duration,
+    long_tree_ticks: u64,
     panic_handler: Option<PanicHandler>,
     start_handler: Option<IndexHandler>,
     exit_handler: Option<IndexHandler>,
@@ -123,6 +124,8 @@ impl Counters {
 pub(crate) struct RegistryConfig {
     pub(crate) cpus: Vec<Option<usize>>,
     pub(crate) spin: Duration,
+    /// [`LONG_TREE`] in TSC ticks.
+    pub(crate) long_tree_ticks: u64,
     pub(crate) panic_handler: Option<PanicHandler>,
     pub(crate) start_handler: Option<IndexHandler>,
     pub(crate) exit_handler: Option<IndexHandler>,
@@ -148,6 +151,7 @@ impl Registry {
             terminating: AtomicBool::new(false),
             spin: config.spin,
             max_spin: config.spin * MAX_SPIN_FACTOR,
+            long_tree_ticks: config.long_tree_ticks,
             panic_handler: config.panic_handler,
             start_handler: config.start_handler,
             exit_handler: config.exit_handler,
@@ -278,6 +282,8 @@ pub(crate) struct WorkerThread {
     depth: Cell<u32>,
     /// Whether this worker's last join tree ran for [`LONG_TREE`] or more.
     long_trees: Cell<bool>,
+    /// Whether the last join entered from outside the pool on this worker ran that long.
+    long_entered: Cell<bool>,
     rng: Cell<u64>,
 }
 
@@ -297,7 +303,13 @@ const WAKE_AFTER: u32 = 4096;
 /// once, waking a sleeper: a tree like `join(long, long)` has no later join at which a helper
 /// could ask for work. Shorter trees (chili's 1 023-node sum: a few µs) would only pay the
 /// wake-up, which costs about as much as they do.
-const LONG_TREE: Duration = Duration::from_micros(50);
+pub(crate) const LONG_TREE: Duration = Duration::from_micros(50);
+
+#[inline(always)]
+pub(crate) fn rdtsc() -> u64 {
+    // SAFETY: RDTSC has no preconditions on x86-64.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
 
 thread_local! {
     static CURRENT: Cell<*const WorkerThread> = const { Cell::new(std::ptr::null()) };
@@ -331,6 +343,7 @@ pub(crate) fn worker_main(registry: Arc<Registry>, index: usize) {
         called: Cell::new(false),
         depth: Cell::new(0),
         long_trees: Cell::new(true),
+        long_entered: Cell::new(true),
         rng: Cell::new(
             0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03),
         ),
@@ -427,13 +440,15 @@ impl WorkerThread {
         // SAFETY: `job_b` stays in this frame until it runs inline or its latch is set: the
         // guard below waits for the latch if `a` unwinds.
         let was_empty = unsafe { self.push_local(job_b.as_job_ref(), &promoted) };
-        let root = (depth == 0).then(Instant::now);
+        let root = (depth == 0).then(rdtsc);
         if root.is_some() && self.long_trees.get() {
             // The outermost join of a tree, and this worker's last tree ran long: the second
             // half goes to the deque at once (and a sleeper is woken), where a helper can take
             // it even while `a` runs long without joining again (nobody could ask for it
             // before `a` joins). After short trees this would only add a wake-up to each.
-            self.promote();
+            // Older live entries (outer joins of a job that waits below this one) go first:
+            // promotion takes the oldest.
+            while !promoted.get() && self.promote() {}
         }
         if was_empty {
             self.registered.set(Some(0));
@@ -469,19 +484,33 @@ impl WorkerThread {
         (ra, job_b.into_result())
     }
 
-    /// The next join tree's root hands its second half out at once, however long the last
-    /// tree ran (see [`LONG_TREE`]).
-    pub(crate) fn expect_long_tree(&self) {
-        self.long_trees.set(true);
+    /// A join entered from outside the pool: its root hands its second half out if the last
+    /// entered join on this worker ran long (the caller paid a wake-up to get in, and `a` may
+    /// run long without joining again; after short ones it would add a second wake-up).
+    pub(crate) fn join_entered<A, B, RA, RB>(&self, a: A, b: B) -> (RA, RB)
+    where
+        A: FnOnce() -> RA + Send,
+        B: FnOnce() -> RB + Send,
+        RA: Send,
+        RB: Send,
+    {
+        self.long_trees.set(self.long_entered.get());
+        self.skip.set(0);
+        let t0 = rdtsc();
+        let r = self.join_registered(a, b);
+        self.long_entered
+            .set(rdtsc().wrapping_sub(t0) >= self.registry.long_tree_ticks);
+        r
     }
 
-    /// Leave a registered join entered at `depth`; a tree's root (timed from `root`) also
-    /// tells whether the next tree's root should hand its second half out at once.
+    /// Leave a registered join entered at `depth`; a tree's root (timed from `root`, in TSC
+    /// ticks) also tells whether the next tree's root should hand its second half out at once.
     #[inline]
-    fn end_join(&self, depth: u32, root: Option<Instant>) {
+    fn end_join(&self, depth: u32, root: Option<u64>) {
         self.depth.set(depth);
         if let Some(t0) = root {
-            self.long_trees.set(t0.elapsed() >= LONG_TREE);
+            self.long_trees
+                .set(rdtsc().wrapping_sub(t0) >= self.registry.long_tree_ticks);
         }
     }
 
@@ -537,28 +566,30 @@ impl WorkerThread {
         }
     }
 
-    /// Another worker asked: move the oldest local join half to the deque.
+    /// Another worker asked: move the oldest local join half to the deque. Returns whether
+    /// one moved (not when the stack is empty or the deque full).
     #[cold]
     #[inline(never)]
-    pub(crate) fn promote(&self) {
+    pub(crate) fn promote(&self) -> bool {
         let shared = self.shared();
         shared.wanted.store(false, Relaxed);
         // SAFETY: owner-only memory, and no reference to it is held across calls.
         let (jobs, front) = unsafe { &mut *self.local.get() };
         if jobs.len() == *front {
-            return;
+            return false;
         }
         let entry = jobs[*front];
         // SAFETY: the entry came from a StackJob still in its join's frame (push_local).
         let job = unsafe { JobRef::new(entry.data, entry.exec) };
         if shared.deque.push(job).is_err() {
-            return; // full: the half stays local
+            return false; // full: the half stays local
         }
         *front += 1;
         // SAFETY: the join that owns the entry is still running (it is below this call).
         unsafe { (*entry.promoted).set(true) };
         Counters::bump(&shared.counters.promotions);
         self.registry.sleep.notify_one();
+        true
     }
 
     /// Run other jobs until `latch` is set, sleeping when there are none.
@@ -699,7 +730,8 @@ impl WorkerThread {
         let claimed = registry.sleep.sleep(self.index, latch.is_none(), || {
             done() || stopping() || registry.has_work(self.index)
         });
-        self.called.set(claimed);
+        // A latch's wake-up (its job done) is not a call for help.
+        self.called.set(claimed && !done());
         if claimed && done() && registry.has_work(self.index) {
             // A push's wake-up chose this worker, which returns to the wait its latch ended
             // rather than to the work: pass the wake-up on.

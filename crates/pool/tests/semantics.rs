@@ -391,3 +391,40 @@ fn a_pool_that_slept_long_still_shares_loops_and_joins() {
         std::thread::sleep(std::time::Duration::from_millis(30));
     }
 }
+
+#[test]
+fn a_root_join_in_a_job_that_a_waiting_worker_runs_is_still_shared() {
+    // A scope's spawn below two joins whose halves stay on the local stack: the worker that
+    // waits for the scope may run the spawn itself, with those halves still live below it. The
+    // spawn's join(long, long) must still reach the other worker.
+    let p = pool(2);
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return;
+    }
+    let long = || {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        spindle_pool::current_thread_index()
+    };
+    for round in 0..5 {
+        let inner = Mutex::new(None);
+        p.install(|| {
+            spindle_pool::join(
+                || {
+                    spindle_pool::join(
+                        || {
+                            spindle_pool::scope(|s| {
+                                s.spawn(|_| {
+                                    *inner.lock().unwrap() = Some(spindle_pool::join(long, long))
+                                })
+                            })
+                        },
+                        || (),
+                    )
+                },
+                || (),
+            )
+        });
+        let (a, b) = inner.into_inner().unwrap().expect("the spawn ran");
+        assert_ne!(a, b, "round {round}: join(long, long) ran on one worker");
+    }
+}
