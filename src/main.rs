@@ -7,6 +7,7 @@ mod exit;
 mod interrupt;
 mod lab;
 mod output;
+mod recorder;
 mod samples;
 mod slo;
 mod stats_cmd;
@@ -167,6 +168,47 @@ enum Command {
     /// The statistics engine as calculators and a stream filter for shell pipelines.
     #[command(subcommand)]
     Stats(StatsCommand),
+    /// Flight recordings (spindle-recorder): read the last records of a process, dead or alive.
+    #[command(subcommand)]
+    Recorder(RecorderCommand),
+}
+
+const RECORDER_DUMP_HELP: &str = "\
+FILE is the file a program passed to spindle_recorder::install. It is read as the recording \
+process left it: after a crash, a SIGKILL or the OOM killer, it holds every record completed \
+before the process died (the last --last of each thread); a record being written at that moment \
+is left out, never shown torn. Records come out in time order, one line each (UTC time, level, \
+section, [thread id and name], file:line: message); a summary goes to stderr.
+
+Examples:
+  spindle recorder dump /tmp/app.rec
+  spindle recorder dump /tmp/app.rec --section net --since 2026-11-24T19:14:00Z
+  spindle recorder dump /tmp/app.rec --json | jq '.records[-1]'
+
+Exit codes: 0 success, 3 the file is missing or not a readable recording (the message says \
+why: truncated, damaged header, newer format), 4 the output could not be written.";
+
+#[derive(Subcommand)]
+enum RecorderCommand {
+    /// Print the last records of every thread of a recording, in time order.
+    #[command(after_help = RECORDER_DUMP_HELP)]
+    Dump {
+        /// The recording file.
+        file: PathBuf,
+        /// One JSON document (records with their fields, and what was skipped).
+        #[arg(long)]
+        json: bool,
+        /// Records per thread, at most (a ring holds at most its size).
+        #[arg(long, default_value = "1000", value_parser = positive_count_parser)]
+        last: u64,
+        /// Only records at or after this time: seconds since 1970 or a UTC time
+        /// (2026-11-24T19:14:11Z).
+        #[arg(long, value_parser = recorder::since_parser)]
+        since: Option<u64>,
+        /// Only records of this section (repeat for several).
+        #[arg(long)]
+        section: Vec<String>,
+    },
 }
 
 #[derive(Args)]
@@ -521,6 +563,19 @@ fn run(cli: Cli) -> CliResult<u8> {
             StatsCommand::Power(args) => stats_cmd::power_cmd(args),
             StatsCommand::Exact(args) => stats_cmd::exact_cmd(args),
         },
+        Command::Recorder(RecorderCommand::Dump {
+            file,
+            json,
+            last,
+            since,
+            section,
+        }) => recorder::dump(recorder::DumpArgs {
+            file,
+            json,
+            last: usize::try_from(last).unwrap_or(usize::MAX),
+            since,
+            section,
+        }),
     }
 }
 

@@ -9,6 +9,7 @@ mod itoa;
 mod locks;
 mod percpu;
 mod pool;
+mod recorder;
 mod rings;
 mod rings_async;
 mod sampler;
@@ -31,6 +32,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(affinity::Affinity),
         Box::new(spawn::Spawn),
         Box::new(pool::Pool),
+        Box::new(recorder::Recorder),
         Box::new(sampler::Sampler),
         Box::new(itoa::Itoa),
     ]
