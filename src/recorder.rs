@@ -86,39 +86,73 @@ pub fn dump(a: DumpArgs) -> CliResult<u8> {
 /// `--since`: seconds since the Unix epoch (fractions allowed) or an RFC 3339 UTC time
 /// `2026-11-24T19:14:11Z` / `2026-11-24T19:14:11.5Z`; nanoseconds since the epoch.
 pub fn since_parser(s: &str) -> Result<u64, String> {
+    let early = || format!("--since {s}: a time must be at or after 1970");
+    let late = || format!("--since {s}: a time must be before 2554 (nanoseconds in 64 bits)");
     if let Ok(x) = s.parse::<f64>() {
-        if x.is_finite() && x >= 0.0 {
-            return Ok((x * 1e9) as u64);
+        if !(x.is_finite() && x >= 0.0) {
+            return Err(early());
         }
-        return Err(format!("--since {s}: a time must be at or after 1970"));
+        if x * 1e9 >= u64::MAX as f64 {
+            return Err(late());
+        }
+        return Ok((x * 1e9) as u64);
     }
     let bad = || {
         format!("--since {s}: expected seconds since 1970 or a UTC time like 2026-11-24T19:14:11Z")
     };
     let t = s.strip_suffix('Z').ok_or_else(bad)?;
     let (date, time) = t.split_once('T').ok_or_else(bad)?;
-    let d: Vec<i64> = date
-        .split('-')
-        .map(|x| x.parse().map_err(|_| bad()))
-        .collect::<Result<_, _>>()?;
+    let fields = |x: &str, sep: char| -> Result<Vec<u64>, String> {
+        x.split(sep)
+            .map(|f| {
+                if f.is_empty() || !f.bytes().all(|c| c.is_ascii_digit()) {
+                    return Err(bad());
+                }
+                f.parse::<u64>().map_err(|_| bad())
+            })
+            .collect()
+    };
+    let d = fields(date, '-')?;
     let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let h: Vec<i64> = hms
-        .split(':')
-        .map(|x| x.parse().map_err(|_| bad()))
-        .collect::<Result<_, _>>()?;
-    if d.len() != 3 || h.len() != 3 || !(1..=12).contains(&d[1]) || !(1..=31).contains(&d[2]) {
+    let h = fields(hms, ':')?;
+    if d.len() != 3 || h.len() != 3 || frac.is_empty() || !frac.bytes().all(|c| c.is_ascii_digit())
+    {
         return Err(bad());
     }
-    if h[0] > 23 || h[1] > 59 || h[2] > 60 || !frac.bytes().all(|c| c.is_ascii_digit()) {
+    let (y, m, day) = (d[0], d[1], d[2]);
+    let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    let month_days = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    if !(1..=12).contains(&m) || day == 0 || day > month_days[m as usize - 1] {
         return Err(bad());
     }
-    let days = days_from_civil(d[0], d[1], d[2]);
-    let secs = days * 86_400 + h[0] * 3600 + h[1] * 60 + h[2];
-    if secs < 0 {
-        return Err(format!("--since {s}: a time must be at or after 1970"));
+    if h[0] > 23 || h[1] > 59 || h[2] > 60 {
+        return Err(bad());
     }
+    if y < 1970 {
+        return Err(early());
+    }
+    let days = days_from_civil(i64::try_from(y).map_err(|_| late())?, m as i64, day as i64);
+    let secs = (days as u64)
+        .checked_mul(86_400)
+        .and_then(|x| x.checked_add(h[0] * 3600 + h[1] * 60 + h[2]))
+        .ok_or_else(late)?;
     let frac_ns: u64 = format!("{frac:0<9}")[..9].parse().map_err(|_| bad())?;
-    Ok(secs as u64 * 1_000_000_000 + frac_ns)
+    secs.checked_mul(1_000_000_000)
+        .and_then(|x| x.checked_add(frac_ns))
+        .ok_or_else(late)
 }
 
 /// Days since 1970-01-01 of a date (Howard Hinnant's algorithm).

@@ -4,8 +4,9 @@
 //!
 //! What runs in the signal handler is async-signal-safe: loads from the recording's mapping,
 //! buffers on the stack, integers printed by `spindle-fmt`, `write(2)`, `sigaction(2)` and
-//! `raise(3)`; no allocation and no lock (the scratch it needs was allocated by
-//! [`install_handler`], and a second crashing thread finds it taken and does not dump again).
+//! `raise(3)`, `clock_gettime` and `nanosleep`; no allocation and no lock (the scratch and the
+//! stack it needs were allocated by [`install_handler`]). One dump at a time: a thread that
+//! crashes during another's dump writes a line, waits for that dump to end, then dies.
 //! After the dump the handler puts back the action that was there before (Rust's own
 //! stack-overflow handler, or the default) and raises the signal again, so the process dies of
 //! it — with a core dump where the system makes one.
@@ -16,7 +17,8 @@
 use std::cell::UnsafeCell;
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, Ordering::*};
+use std::time::Duration;
 
 use crate::dump::{walk, Line};
 
@@ -34,9 +36,15 @@ pub const LAST: u64 = 1000;
 
 static FD: AtomicI32 = AtomicI32::new(-1);
 static INSTALLED: AtomicBool = AtomicBool::new(false);
-/// Set by the first crash to dump the records: a later one (a panic that aborts, then the
-/// abort's SIGABRT) writes only its head line.
-static DUMPED: AtomicBool = AtomicBool::new(false);
+/// The thread writing the crash file now (0: none). One dump at a time: a thread that crashes
+/// meanwhile writes its head line, waits for the dump to end (at most [`WAIT`]), and only then
+/// lets its signal end the process. A dump that ended frees it: a caught panic's dump does not
+/// use up a later crash's.
+static DUMPING: AtomicU32 = AtomicU32::new(0);
+/// The thread whose panic was dumped last: its abort (panic=abort, or a panic while panicking)
+/// then writes only its head line instead of the same records again.
+static PANICKED: AtomicU32 = AtomicU32::new(0);
+const WAIT: Duration = Duration::from_secs(10);
 
 struct OldActions(UnsafeCell<[Option<libc::sigaction>; 5]>);
 // SAFETY: written once by `install_handler` before any handler that reads it is installed
@@ -73,43 +81,92 @@ pub fn install_handler(path: impl AsRef<Path>) -> io::Result<()> {
 
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
+        let tid = gettid();
         let head = format!(
-            "spindle-recorder: panic in thread {}: {}\n",
-            rustix::thread::gettid().as_raw_nonzero().get(),
+            "spindle-recorder: panic in thread {tid}: {}\n",
             info.to_string().replace('\n', " ")
         );
-        write_crash(head.as_bytes());
+        write_head(head.as_bytes());
+        if dump(tid) {
+            PANICKED.store(tid, Release);
+        }
         previous(info);
     }));
 
     for (k, &sig) in SIGNALS.iter().enumerate() {
         // SAFETY: a zeroed sigaction is a valid value to fill in; `handler` has the
-        // SA_SIGINFO signature; OLD[k] is written before the handler for `sig` exists.
+        // SA_SIGINFO signature; OLD[k] is read and stored before the handler is installed.
         unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            (*OLD.0.get())[k] = Some(old);
             let mut act: libc::sigaction = std::mem::zeroed();
             act.sa_sigaction = handler as *const () as usize;
             act.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
             libc::sigemptyset(&mut act.sa_mask);
-            let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, &act, &mut old) != 0 {
+            if libc::sigaction(sig, &act, std::ptr::null_mut()) != 0 {
                 return Err(io::Error::last_os_error());
             }
-            (*OLD.0.get())[k] = Some(old);
         }
     }
     Ok(())
 }
 
+fn gettid() -> u32 {
+    rustix::thread::gettid().as_raw_nonzero().get() as u32
+}
+
+/// Writes the last records of every thread (from the panic hook, on the thread's own stack),
+/// unless a dump is under way: then waits for it to end, which covers these records too.
+/// Returns whether this call dumped.
+fn dump(tid: u32) -> bool {
+    match DUMPING.compare_exchange(0, tid, AcqRel, Acquire) {
+        Ok(_) => {
+            dump_records();
+            DUMPING.store(0, Release);
+            true
+        }
+        Err(t) if t == tid => false, // a panic inside our own dump
+        Err(_) => {
+            wait_for_dump();
+            false
+        }
+    }
+}
+
+/// Sleeps in 1 ms steps until no dump is under way, at most [`WAIT`] (async-signal-safe:
+/// clock_gettime and nanosleep).
+fn wait_for_dump() {
+    let start = std::time::Instant::now();
+    while DUMPING.load(Acquire) != 0 && start.elapsed() < WAIT {
+        let _ = rustix::thread::nanosleep(&rustix::thread::Timespec {
+            tv_sec: 0,
+            tv_nsec: 1_000_000,
+        });
+    }
+}
+
 extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
     // This runs on the thread's alternate stack: a few KiB (Rust gives each thread one) of
     // which the kernel's signal frame already takes much. So the handler keeps almost nothing
-    // on it, and the first crashing thread writes the crash file on a stack of its own.
+    // on it and writes the crash file on a stack of its own, allocated in advance.
     let top = CRASH_STACK.load(Acquire);
-    if !top.is_null() && !SIGNALLED.swap(true, AcqRel) {
-        SIGNAL.store(sig, Relaxed);
-        // SAFETY: `top` ends a 256 KiB allocation that only this thread uses (SIGNALLED
-        // lets one through, once); `signal_dump` is an `extern "C"` fn taking nothing.
-        unsafe { call_on_stack(top, signal_dump) };
+    let tid = gettid();
+    if sig == libc::SIGABRT && PANICKED.load(Acquire) == tid {
+        write_head(b"spindle-recorder: SIGABRT after the panic above\n");
+    } else if !top.is_null() {
+        if DUMPING.compare_exchange(0, tid, AcqRel, Acquire).is_ok() {
+            SIGNAL.store(sig, Relaxed);
+            // SAFETY: `top` ends a 256 KiB allocation that only the thread owning DUMPING
+            // uses (this one, until it stores 0); `signal_dump` takes nothing.
+            unsafe { call_on_stack(top, signal_dump) };
+            DUMPING.store(0, Release);
+        } else {
+            write_head(b"spindle-recorder: a fatal signal in another thread during the dump\n");
+            wait_for_dump();
+        }
     }
     // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
     let sent = info.is_null() || unsafe { (*info).si_code } <= 0;
@@ -134,10 +191,9 @@ extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, _ctx: *mut libc::c_v
     }
 }
 
-static SIGNALLED: AtomicBool = AtomicBool::new(false);
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
 
-/// The signal's head line, then the records: on the crash stack.
+/// The signal's head line, then the records: on the crash stack, DUMPING held.
 extern "C" fn signal_dump() {
     let sig = SIGNAL.load(Relaxed);
     let mut head = Line::new();
@@ -153,25 +209,18 @@ extern "C" fn signal_dump() {
         _ => b"?",
     });
     head.push(b") in thread ");
-    head.u64(u64::from(
-        rustix::thread::gettid().as_raw_nonzero().get() as u32
-    ));
+    head.u64(u64::from(gettid()));
     head.end();
-    write_crash(head.bytes());
+    write_head(head.bytes());
+    dump_records();
 }
 
-/// Writes `head` and the last [`LAST`] records of every thread to the crash file; the records
-/// once per process (a later crash writes only its head line).
-fn write_crash(head: &[u8]) {
+/// Writes `head` (a line) to the crash file.
+fn write_head(head: &[u8]) {
     let fd = FD.load(Acquire);
-    if fd < 0 {
-        return;
-    }
-    // SAFETY: the descriptor was opened by `install_handler` and is never closed.
-    let fd = unsafe { rustix::fd::BorrowedFd::borrow_raw(fd) };
-    write_all(fd, head);
-    if !DUMPED.swap(true, AcqRel) {
-        dump_records();
+    if fd >= 0 {
+        // SAFETY: the descriptor was opened by `install_handler` and is never closed.
+        write_all(unsafe { rustix::fd::BorrowedFd::borrow_raw(fd) }, head);
     }
 }
 

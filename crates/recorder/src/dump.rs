@@ -71,7 +71,8 @@ impl Line {
     }
 
     /// A float without allocation: fixed point with up to 6 decimals (trailing zeros cut)
-    /// below 1e15, the integer part alone above (Rust's `{}` prints more digits).
+    /// below 1e9 (where that is exact: `x * 1e6` below 2^53), exponent form (`1.5e20`, up to 6
+    /// decimals) from there.
     pub(crate) fn f64(&mut self, x: f64) {
         if x.is_nan() {
             return self.push(b"NaN");
@@ -83,10 +84,16 @@ impl Line {
         if a.is_infinite() {
             return self.push(b"inf");
         }
-        if a >= 1e15 {
-            let mut d = [0u8; spindle_fmt::raw::U128_LEN];
-            let n = spindle_fmt::raw::write_u128(&mut d, a as u128);
-            return self.push(&d[..n]);
+        if a >= 1e9 {
+            let mut e = a.log10().floor() as i32;
+            let mut m = a / 10f64.powi(e);
+            if m >= 10.0 {
+                m /= 10.0;
+                e += 1;
+            }
+            self.f64(m);
+            self.push(b"e");
+            return self.i64(i64::from(e));
         }
         let scaled = (a * 1e6).round() as u64;
         let (int, mut frac) = (scaled / 1_000_000, scaled % 1_000_000);
@@ -321,7 +328,10 @@ pub(crate) fn walk(
         }
         let h = view.head(r);
         end[r] = h;
-        next[r] = h.saturating_sub(slots - 1).max(h.saturating_sub(last));
+        next[r] = h
+            .saturating_sub(slots - 1)
+            .max(h.saturating_sub(last))
+            .max(view.start(r).min(h));
     }
     let mut skipped = Skipped::default();
     loop {
@@ -420,7 +430,11 @@ mod tests {
         assert_eq!(fmt("{}", &[&-0.000001f64]), "-0.000001");
         assert_eq!(fmt("{}", &[&2.0f32]), "2.0");
         assert_eq!(fmt("{}", &[&f64::NAN]), "NaN");
-        assert_eq!(fmt("{}", &[&1e20f64]), "100000000000000000000");
+        assert_eq!(fmt("{}", &[&1e20f64]), "1.0e20");
+        assert_eq!(fmt("{}", &[&2e13f64]), "2.0e13");
+        assert_eq!(fmt("{}", &[&-1.5e300f64]), "-1.5e300");
+        assert_eq!(fmt("{}", &[&999_999_999.25f64]), "999999999.25");
+        assert_eq!(fmt("{}", &[&1_234_567_890.0f64]), "1.234568e9");
         assert_eq!(
             fmt("{} {}", &[&u64::MAX, &i64::MIN]),
             "18446744073709551615 -9223372036854775808"

@@ -9,14 +9,17 @@
 //! ```
 //!
 //! **A ring** belongs to one thread at a time. Its writer fills slot `head % slots` (word 2 is
-//! the record's sequence number `head`), then stores `head + 1` (Release). A reader loads `head`
-//! = H and takes the sequence numbers `H - slots + 1 .. H`: the slot of `H - slots` is where the
-//! next record is being written, so it is left out, and every slot taken was complete before
+//! the record's sequence number `head`), then stores `head + 1` (Release). `head` only grows,
+//! across owners too: a thread that takes a ring sets its `start` to the current head, so a
+//! sequence number names one record for the ring's whole life. A reader loads `head` = H and
+//! takes the sequence numbers `max(start, H - slots + 1) .. H`: the slot of `H - slots` is where
+//! the next record is being written, so it is left out, and every slot taken was complete before
 //! its sequence number was published (the stores of one thread reach memory in order on x86-64,
 //! and Release orders them in the C++ model). A slot whose word 2 is not the sequence number the
-//! reader expects was never written in this ring's life (or the file is damaged): it is
-//! skipped and counted. A reader of a live process re-reads `head` after a slot and drops the
-//! slot if the writer may have started to overwrite it meanwhile.
+//! reader expects was never written (or the file is damaged): it is skipped and counted. A
+//! reader of a live process re-reads `head` after a slot (behind an Acquire fence; the writer
+//! issues a Release fence before a slot's stores, after the previous head) and drops the slot
+//! if the writer may have started to overwrite it meanwhile: head - seq ≥ slots.
 //!
 //! A process killed at any instruction thus leaves, in every ring, the records published before
 //! the kill, whole, and the one being written invisible: recall is every completed record the
@@ -57,6 +60,7 @@ const R_STATE: usize = 0;
 const R_TID: usize = 4;
 const R_NAME: usize = 8;
 pub(crate) const NAME: usize = 32;
+const R_START: usize = 40;
 const R_HEAD: usize = 64;
 
 /// A ring's owner: none yet, a live thread, or a thread that has exited (its records stay
@@ -380,12 +384,14 @@ impl View {
         self.u32_at(self.ring_at(i) + R_STATE).load(Acquire)
     }
 
-    /// Claims ring `i` for thread `tid` (the recorder's lock held): state, name, and a head
-    /// of 0 (a reused ring forgets its previous thread's records).
+    /// Claims ring `i` for thread `tid` (the recorder's lock held): state, name, and a start
+    /// at the current head (a reused ring forgets its previous thread's records; the head keeps
+    /// growing, so no sequence number is written twice).
     pub(crate) fn claim_ring(&self, i: usize, tid: u32, name: &str) {
         let r = self.ring_at(i);
         self.u32_at(r + R_STATE).store(FREE, Release);
-        self.u64_at(r + R_HEAD).store(0, Release);
+        let head = self.u64_at(r + R_HEAD).load(Acquire);
+        self.u64_at(r + R_START).store(head, Release);
         self.u32_at(r + R_TID).store(tid, Relaxed);
         let mut n = [0u8; NAME];
         let b = name.as_bytes();
@@ -427,6 +433,11 @@ impl View {
         self.u64_at(self.ring_at(i) + R_HEAD).load(Acquire)
     }
 
+    /// The first sequence number of ring `i`'s current owner.
+    pub(crate) fn start(&self, i: usize) -> u64 {
+        self.u64_at(self.ring_at(i) + R_START).load(Acquire)
+    }
+
     /// Record `seq` of ring `i`, if the ring still holds it whole: its words, or `None`.
     pub(crate) fn read_slot(&self, i: usize, seq: u64) -> Option<[u64; 8]> {
         let slots = u64::from(self.geometry.ring_slots);
@@ -439,7 +450,7 @@ impl View {
         // The writer overwrites this slot with record `seq + slots`, while `head` is that; a
         // head still below it after the reads means the words read were record `seq`'s.
         let head = self.head(i);
-        if w[2] != seq || head > seq + slots - 1 {
+        if w[2] != seq || head.wrapping_sub(seq) >= slots {
             return None;
         }
         Some(w)
@@ -478,6 +489,9 @@ impl RingWriter {
         unsafe {
             let head = &*self.head;
             let h = head.load(Relaxed);
+            // Orders the previous head store before this slot's stores, for a reader that
+            // sees one of them and then re-reads the head (free on x86-64).
+            std::sync::atomic::fence(Release);
             let slot = self.slots.add(((h & mask) as usize) * (SLOT / 8));
             let mut words = words;
             words[2] = h;

@@ -41,9 +41,13 @@
 //! # Threads
 //!
 //! A thread takes a ring at its first record and gives it back when it exits; the ring keeps
-//! the dead thread's records until another thread needs it (the free rings first, then those
-//! retired longest ago). A thread that finds every ring taken by a live thread records nothing
+//! the dead thread's records until another thread needs it (the free rings first, then a
+//! retired one). A thread that finds every ring taken by a live thread records nothing
 //! (counted in the recording's header); [`Options::threads`] sets how many rings there are.
+//!
+//! Not supported: `record!` inside a signal handler (taking a ring takes a lock, and a record
+//! could interleave with the one it interrupted), and recording in a child forked without
+//! `exec` (parent and child would write the same rings).
 
 #![warn(missing_docs)]
 
@@ -96,7 +100,8 @@ pub struct Options {
     /// Rings, one per thread that records at the same time (default: 4 × the CPUs this
     /// process may use, at least 64).
     pub threads: usize,
-    /// Records each ring keeps (rounded up to a power of two; default 1024, each 64 bytes).
+    /// Slots per ring (rounded up to a power of two; default 1024, 64 bytes each): a ring
+    /// keeps the last `records_per_thread - 1` records (one slot is the one being written).
     pub records_per_thread: usize,
     /// Call sites the recording can name (default 4096).
     pub sites: usize,
@@ -159,23 +164,37 @@ fn already() -> io::Error {
     )
 }
 
-/// Records into a new file at `path` (replaced if it exists), mapped shared: after the process
-/// dies, `spindle recorder dump path` reads its last records. Call it once, before the first
-/// record; without it, the first record creates an anonymous recording (a memfd) that only
-/// [`dump`] and the crash handler can read.
+/// Records into a new file at `path`, mapped shared: after the process dies,
+/// `spindle recorder dump path` reads its last records. Call it once, before the first record;
+/// without it, the first record creates an anonymous recording (a memfd) that only [`dump`] and
+/// the crash handler can read.
+///
+/// The file is written whole first (its blocks allocated, so that a full disk is an error
+/// here, not a `SIGBUS` in a later record) under a temporary name, then renamed over `path`:
+/// a reader of the previous recording at `path` (the last run's) keeps reading that one.
 pub fn install(path: impl AsRef<Path>, options: Options) -> io::Result<()> {
     let geometry = options.geometry()?;
     if RECORDER.get().is_some() {
         return Err(already());
     }
     use rustix::fs::{Mode, OFlags};
+    let path = path.as_ref();
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    let tmp = std::path::PathBuf::from(tmp);
     let fd = rustix::fs::open(
-        path.as_ref(),
+        &tmp,
         OFlags::RDWR | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC,
         Mode::from_raw_mode(0o644),
     )?;
-    let rec = Recorder::on(fd, geometry)?;
-    RECORDER.set(rec).map_err(|_| already())
+    let rec = Recorder::on(fd, geometry).and_then(|rec| {
+        std::fs::rename(&tmp, path)?;
+        Ok(rec)
+    });
+    if rec.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    RECORDER.set(rec?).map_err(|_| already())
 }
 
 /// Records into an anonymous shared mapping (a memfd) of the given size: what the first
@@ -195,10 +214,11 @@ impl Recorder {
         Recorder::on(fd, geometry)
     }
 
-    /// Sizes the file behind `fd`, maps it shared, writes the header.
+    /// Sizes the file behind `fd` (its blocks allocated), maps it shared, writes the header.
     fn on(fd: rustix::fd::OwnedFd, geometry: Geometry) -> io::Result<Recorder> {
         let len = geometry.file_size();
         rustix::fs::ftruncate(&fd, len as u64)?;
+        rustix::fs::fallocate(&fd, rustix::fs::FallocateFlags::empty(), 0, len as u64)?;
         // SAFETY: a fresh shared mapping of the whole file, which nothing else maps; it is
         // never unmapped (the recorder lives as long as the process).
         let base = unsafe {
@@ -360,7 +380,9 @@ fn take_ring() -> Local {
 /// recording's site table is full.
 #[inline(always)]
 fn site_id(site: &'static Site) -> u32 {
-    let id = site.id.load(std::sync::atomic::Ordering::Relaxed);
+    // Acquire: a site numbered by another thread was written into the table first (the
+    // dump reads the table by number).
+    let id = site.id.load(std::sync::atomic::Ordering::Acquire);
     if id != 0 {
         return id;
     }
@@ -387,7 +409,7 @@ fn register(site: &'static Site) -> u32 {
         [site.section.name(), site.file, site.fmt],
     );
     site.id
-        .store(index + 1, std::sync::atomic::Ordering::Relaxed);
+        .store(index + 1, std::sync::atomic::Ordering::Release);
     index + 1
 }
 

@@ -43,30 +43,16 @@ impl From<std::io::Error> for ReadError {
     }
 }
 
-impl From<rustix::io::Errno> for ReadError {
-    fn from(e: rustix::io::Errno) -> ReadError {
-        ReadError::Io(e.into())
-    }
-}
-
-/// A recording mapped read-only.
+/// A recording read into memory (a copy: the file may change or shrink under a reader without
+/// harm, which a mapping would turn into a `SIGBUS`).
 pub struct Recording {
     view: View,
-    base: *mut std::ffi::c_void,
-    len: usize,
+    /// The file's bytes, in 8-byte words so that the view's atomics are aligned.
+    _words: Vec<u64>,
 }
 
-// SAFETY: the mapping is private to this value and only read.
+// SAFETY: the view points into `_words`, which the Recording owns and never changes.
 unsafe impl Send for Recording {}
-
-impl Drop for Recording {
-    fn drop(&mut self) {
-        if self.len > 0 {
-            // SAFETY: `base` and `len` are the mapping `open` made, unmapped once.
-            let _ = unsafe { rustix::mm::munmap(self.base, self.len) };
-        }
-    }
-}
 
 /// One record, formatted.
 #[derive(Clone, Debug, PartialEq)]
@@ -96,39 +82,26 @@ pub struct Record {
 }
 
 impl Recording {
-    /// Maps `path` and checks its header.
+    /// Reads `path` and checks its header.
     pub fn open(path: impl AsRef<Path>) -> Result<Recording, ReadError> {
-        use rustix::fs::{Mode, OFlags};
-        let fd = rustix::fs::open(
-            path.as_ref(),
-            OFlags::RDONLY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        let len = rustix::fs::fstat(&fd)?.st_size.max(0) as usize;
-        if len == 0 {
-            return Err(ReadError::Format(FormatError::TooShort(0)));
+        let mut file = std::fs::File::open(path.as_ref())?;
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut file, &mut bytes)?;
+        let len = bytes.len();
+        let mut words = vec![0u64; len.div_ceil(8)];
+        for (w, chunk) in words.iter_mut().zip(bytes.chunks(8)) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            *w = u64::from_le_bytes(b);
         }
-        // SAFETY: a new private read-only mapping of the whole file, unmapped in Drop.
-        let base = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                len,
-                rustix::mm::ProtFlags::READ,
-                rustix::mm::MapFlags::SHARED,
-                &fd,
-                0,
-            )?
-        };
-        // SAFETY: the mapping is `len` readable bytes, page-aligned, owned by the Recording
-        // built below (or unmapped here); the view only loads from it.
-        match unsafe { View::open(base.cast(), len) } {
-            Ok(view) => Ok(Recording { view, base, len }),
-            Err(e) => {
-                // SAFETY: the mapping made above, not used after this.
-                let _ = unsafe { rustix::mm::munmap(base, len) };
-                Err(ReadError::Format(e))
-            }
-        }
+        // SAFETY: `words` holds `len` readable bytes, 8-byte aligned, owned by the Recording
+        // built below and never changed; the view only loads from them.
+        let view =
+            unsafe { View::open(words.as_mut_ptr().cast(), len) }.map_err(ReadError::Format)?;
+        Ok(Recording {
+            view,
+            _words: words,
+        })
     }
 
     /// The process that made the recording.

@@ -65,8 +65,40 @@ fn child() {
         return;
     }
     spindle_recorder::crash::install_handler(dir.join("crash")).expect("crash handler");
+    if mode == "two" {
+        // Full rings to dump, and two threads that fault 5 ms apart: the second must wait
+        // for the first one's dump instead of ending the process in the middle of it.
+        let threads: Vec<_> = (0..8u32)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    for i in 0..1000u32 {
+                        record!(T, Info, "busy {} {}", t, i);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        for delay in [0u64, 5] {
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(delay));
+                // SAFETY: none: this is the crash under test.
+                unsafe { std::ptr::null_mut::<u64>().write_volatile(7) }
+            });
+        }
+        std::thread::sleep(Duration::from_secs(30));
+        unreachable!("two: the child survived");
+    }
     for i in 0..50u32 {
         record!(T, Info, "before the crash {}", i);
+    }
+    if mode == "caught" {
+        // A caught panic dumps, and a later crash dumps again, with what came after.
+        let _ = std::panic::catch_unwind(|| panic!("caught"));
+        record!(T, Info, "after the caught panic {}", 1u8);
+        // SAFETY: none: this is the crash under test.
+        unsafe { std::ptr::null_mut::<u64>().write_volatile(7) }
     }
     match mode {
         "exit" => std::process::exit(0),
@@ -279,5 +311,50 @@ fn damaged_recordings_give_errors_not_panics() {
         Recording::open(dir.join("does-not-exist")),
         Err(ReadError::Io(_))
     ));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn two_threads_crashing_at_once_leave_a_whole_dump() {
+    let dir = tempdir("two");
+    let status = spawn("two", &dir).wait().unwrap();
+    assert_eq!(signal(status), Some(libc::SIGSEGV), "{status}");
+    let crash = std::fs::read_to_string(dir.join("crash")).unwrap();
+    assert!(
+        crash.contains(&format!("end of crash dump, {} records", 8 * (RING - 1))),
+        "the dump was cut:\n{}",
+        crash.lines().rev().take(3).collect::<Vec<_>>().join("\n")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_caught_panic_does_not_use_up_the_crash_dump() {
+    let dir = tempdir("caught");
+    let status = spawn("caught", &dir).wait().unwrap();
+    assert_eq!(signal(status), Some(libc::SIGSEGV), "{status}");
+    let crash = std::fs::read_to_string(dir.join("crash")).unwrap();
+    assert_eq!(crash.matches("end of crash dump").count(), 2, "{crash}");
+    let last_dump = crash.rsplit_once("fatal signal").unwrap().1;
+    assert!(last_dump.contains("after the caught panic 1"), "{crash}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_head_near_the_end_of_u64_is_damage_not_a_panic() {
+    let dir = tempdir("overflow");
+    assert!(spawn("exit", &dir).wait().unwrap().success());
+    let mut bytes = std::fs::read(dir.join("rec")).unwrap();
+    // Ring 0's head: after the 4 KiB header and 64 sites of 256 bytes, 64 bytes into the ring.
+    let head = 4096 + 64 * 256 + 64;
+    bytes[head..head + 8].copy_from_slice(&(u64::MAX - 2).to_le_bytes());
+    let p = dir.join("x");
+    std::fs::write(&p, &bytes).unwrap();
+    let (recs, skipped) = Recording::open(&p).unwrap().records(usize::MAX);
+    assert!(
+        recs.is_empty() && skipped.slots > 0,
+        "{} records",
+        recs.len()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
