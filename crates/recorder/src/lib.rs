@@ -67,6 +67,8 @@ mod layout;
 
 pub mod crash;
 pub mod read;
+#[cfg(feature = "tracing")]
+pub mod tracing_layer;
 
 pub use dump::Skipped;
 pub use encode::{Encode, Encoder, Level, Section, Site};

@@ -10,6 +10,9 @@
 //!   beat on this machine: one TSC read and one 64-byte store to a thread-local ring.
 //! - **disabled**: the same call site below its section's level (Spindle), and `tracing`'s
 //!   event below the subscriber's level: the cost of a record that is not kept.
+//! - The same `tracing::info!` into a subscriber whose only layer is Spindle's `RecorderLayer`
+//!   (what a program using `tracing` pays for a flight recorder added by one line) takes part
+//!   in the record and throughput sections.
 //! - **throughput**: 4 × cores threads record as fast as they can; records per second, all
 //!   threads together. `tracing`'s writer blocks when its queue is full (`lossy(false)`), so
 //!   every record it counts reached the writer (here `io::sink`).
@@ -62,6 +65,8 @@ enum Who {
     Floor,
     Tracing,
     TracingOff,
+    /// `tracing::info!` into a subscriber whose only layer is Spindle's `RecorderLayer`.
+    TracingLayer,
 }
 
 impl Who {
@@ -72,6 +77,7 @@ impl Who {
             Who::Floor => "floor",
             Who::Tracing => "tracing",
             Who::TracingOff => "tracing-off",
+            Who::TracingLayer => "tracing-layer",
         }
     }
 }
@@ -82,6 +88,7 @@ impl Who {
 struct Tracing {
     on: tracing::Dispatch,
     off: tracing::Dispatch,
+    layer: tracing::Dispatch,
     _guard: tracing_appender::non_blocking::WorkerGuard,
 }
 
@@ -105,9 +112,16 @@ impl Tracing {
                 .with_max_level(tracing::Level::WARN)
                 .finish(),
         );
+        use tracing_subscriber::layer::SubscriberExt as _;
+        static LAYER: Section = Section::new("tracing", Level::Info);
+        let layer = tracing::Dispatch::new(
+            tracing_subscriber::registry()
+                .with(spindle_recorder::tracing_layer::RecorderLayer::new(&LAYER)),
+        );
         Tracing {
             on,
             off,
+            layer,
             _guard: guard,
         }
     }
@@ -125,7 +139,7 @@ fn one(who: Who, i: u64, floor: &mut FloorRing) {
     match who {
         Who::Spindle => record!(LAB, Info, "request {} took {} ns", i, 1234u64),
         Who::SpindleOff => record!(QUIET, Info, "request {} took {} ns", i, 1234u64),
-        Who::Tracing | Who::TracingOff => {
+        Who::Tracing | Who::TracingOff | Who::TracingLayer => {
             tracing::info!(target: "lab", "request {} took {} ns", i, 1234u64)
         }
         Who::Floor => {
@@ -164,6 +178,7 @@ fn batches(who: Who, n: u64, batch: u64, ticks_per_ns: f64, tracing: &Tracing) -
     match who {
         Who::Tracing => tracing::dispatcher::with_default(&tracing.on, run),
         Who::TracingOff => tracing::dispatcher::with_default(&tracing.off, run),
+        Who::TracingLayer => tracing::dispatcher::with_default(&tracing.layer, run),
         _ => run(),
     }
     black_box(&floor.slots);
@@ -185,7 +200,10 @@ fn throughput(who: Who, threads: usize, n: u64, tracing: &Tracing) -> Sample {
     let handles: Vec<_> = (0..threads)
         .map(|_| {
             let start = start.clone();
-            let dispatch = tracing.on.clone();
+            let dispatch = match who {
+                Who::TracingLayer => tracing.layer.clone(),
+                _ => tracing.on.clone(),
+            };
             std::thread::spawn(move || {
                 let mut floor = FloorRing {
                     slots: Vec::new(),
@@ -199,7 +217,7 @@ fn throughput(who: Who, threads: usize, n: u64, tracing: &Tracing) -> Sample {
                     }
                     (t0, Instant::now())
                 };
-                if who == Who::Tracing {
+                if matches!(who, Who::Tracing | Who::TracingLayer) {
                     tracing::dispatcher::with_default(&dispatch, work)
                 } else {
                     work()
@@ -307,6 +325,10 @@ impl Experiment for Recorder {
                 Who::Tracing,
                 "tracing::info! (fmt layer, non-blocking writer)",
             ),
+            (
+                Who::TracingLayer,
+                "tracing::info! into Spindle's RecorderLayer",
+            ),
         ] {
             plan.variant(
                 Variant::calibrated("record", format!("record-{}", who.id()), label, move |n| {
@@ -354,6 +376,10 @@ impl Experiment for Recorder {
         for (who, label) in [
             (Who::Spindle, "Spindle record!"),
             (Who::Tracing, "tracing::info! (non-blocking writer)"),
+            (
+                Who::TracingLayer,
+                "tracing::info! into Spindle's RecorderLayer",
+            ),
         ] {
             plan.variant(
                 Variant::fixed(
@@ -422,6 +448,7 @@ mod tests {
             Who::Floor,
             Who::Tracing,
             Who::TracingOff,
+            Who::TracingLayer,
         ] {
             let v = batches(who, 4, BATCH, 1.0, &t);
             assert_eq!(v.len(), 4);
@@ -430,7 +457,7 @@ mod tests {
                 "{who:?}: {v:?}"
             );
         }
-        for who in [Who::Spindle, Who::Tracing] {
+        for who in [Who::Spindle, Who::Tracing, Who::TracingLayer] {
             let r = throughput(who, 3, 100, &t).value("rate").unwrap();
             assert!(r > 0.0, "{who:?}");
         }
