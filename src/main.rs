@@ -209,6 +209,16 @@ enum RecorderCommand {
         #[arg(long)]
         section: Vec<String>,
     },
+    /// The lab's crash-recall child: records numbered records with one logger until killed.
+    #[command(hide = true)]
+    Child {
+        /// spindle, tracing-nb or tracing-file.
+        #[arg(long)]
+        peer: String,
+        /// Where the logger writes, with the progress word and the ready file.
+        #[arg(long)]
+        dir: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -576,6 +586,11 @@ fn run(cli: Cli) -> CliResult<u8> {
             since,
             section,
         }),
+        Command::Recorder(RecorderCommand::Child { peer, dir }) => {
+            spindle_lab::experiments::recorder::recall_child(&peer, &dir)
+                .map(|()| exit::HOLDS)
+                .map_err(exit::CliError::Execution)
+        }
     }
 }
 

@@ -9,7 +9,7 @@ mod itoa;
 mod locks;
 mod percpu;
 mod pool;
-mod recorder;
+pub mod recorder;
 mod rings;
 mod rings_async;
 mod sampler;

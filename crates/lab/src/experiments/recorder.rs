@@ -17,10 +17,16 @@
 //!   threads together. `tracing`'s writer blocks when its queue is full (`lossy(false)`), so
 //!   every record it counts reached the writer (here `io::sink`).
 //!
-//! Crash recall (every record completed before a `SIGKILL`, a panic or a fatal signal) is
-//! checked by the crate's tests in child processes, not here.
+//! - **recall**: a child process (this binary, `spindle recorder child`) records numbered
+//!   records as fast as it can with one logger and publishes after each how many it completed
+//!   (a word in a shared mapping); the lab kills it with `SIGKILL` at a random moment and counts
+//!   which of the last [`RECALL_LAST`] completed records the logger left behind: Spindle's
+//!   recording file, or the log file `tracing` wrote (through the non-blocking writer, and
+//!   through a plain `File`, one `write` per event). The crate's tests check Spindle's recall
+//!   exactly, for `SIGKILL`, panics and every fatal signal; here it stands beside its peers'.
 
 use std::hint::black_box;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier, OnceLock};
 use std::time::Instant;
 
@@ -125,6 +131,189 @@ impl Tracing {
             _guard: guard,
         }
     }
+}
+
+// --- crash recall -----------------------------------------------------------------------------
+
+/// The last records completed before the kill that recall counts.
+pub const RECALL_LAST: u64 = 1000;
+
+/// Loggers in the recall section: id (also the child's `--peer`), label.
+const RECALLERS: [(&str, &str); 3] = [
+    ("spindle", "Spindle recorder (its file)"),
+    ("tracing-nb", "tracing, non-blocking writer to a file"),
+    ("tracing-file", "tracing, a File written on every event"),
+];
+
+/// The child's side (`spindle recorder child --peer P --dir D`): records `record {i}` for
+/// i = 0, 1, … with logger `peer` until killed, storing i + 1 into `D/progress` (a shared
+/// mapping) after each; creates `D/ready` after the first [`RECALL_LAST`].
+pub fn recall_child(peer: &str, dir: &Path) -> Result<(), String> {
+    let err = |e: std::io::Error| format!("{}: {e}", dir.display());
+    let progress = Progress::create(&dir.join("progress")).map_err(err)?;
+    let ready = dir.join("ready");
+    let run = |record: &mut dyn FnMut(u64)| -> Result<(), String> {
+        for i in 0.. {
+            record(i);
+            progress.set(i + 1);
+            if i + 1 == RECALL_LAST {
+                std::fs::write(&ready, b"").map_err(err)?;
+            }
+        }
+        Ok(())
+    };
+    match peer {
+        "spindle" => {
+            spindle_recorder::install(
+                dir.join("rec"),
+                Options {
+                    threads: 4,
+                    records_per_thread: 2 * RECALL_LAST as usize,
+                    sites: 16,
+                },
+            )
+            .map_err(err)?;
+            static RECALL: Section = Section::new("recall", Level::Info);
+            run(&mut |i| record!(RECALL, Info, "record {}", i))
+        }
+        "tracing-nb" | "tracing-file" => {
+            let file = std::fs::File::create(dir.join("log")).map_err(err)?;
+            let build = |w: tracing_subscriber::fmt::writer::BoxMakeWriter| {
+                tracing_subscriber::fmt()
+                    .with_writer(w)
+                    .with_ansi(false)
+                    .finish()
+            };
+            let (sub, _guard) = if peer == "tracing-nb" {
+                let (w, g) = tracing_appender::non_blocking(file);
+                (
+                    build(tracing_subscriber::fmt::writer::BoxMakeWriter::new(w)),
+                    Some(g),
+                )
+            } else {
+                let file = std::sync::Mutex::new(file);
+                (
+                    build(tracing_subscriber::fmt::writer::BoxMakeWriter::new(file)),
+                    None,
+                )
+            };
+            tracing::subscriber::with_default(sub, || run(&mut |i| tracing::info!("record {}", i)))
+        }
+        other => Err(format!(
+            "unknown peer {other:?} (spindle, tracing-nb, tracing-file)"
+        )),
+    }
+}
+
+/// The child's progress word, in a file both processes map.
+struct Progress {
+    word: *const std::sync::atomic::AtomicU64,
+}
+
+impl Progress {
+    fn create(path: &Path) -> std::io::Result<Progress> {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)?;
+        f.set_len(8)?;
+        // SAFETY: a fresh shared mapping of the 8-byte file, never unmapped (the child runs
+        // until it is killed).
+        let p = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                8,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::SHARED,
+                &f,
+                0,
+            )?
+        };
+        Ok(Progress { word: p.cast() })
+    }
+
+    fn set(&self, n: u64) {
+        // SAFETY: the mapping lives for the rest of the process; 8-byte aligned (page start).
+        unsafe { (*self.word).store(n, std::sync::atomic::Ordering::Release) };
+    }
+}
+
+/// This binary, if it is `spindle` (it has the `recorder child` subcommand; a test harness
+/// running the lab's unit tests does not).
+fn recall_exe() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let out = std::process::Command::new(&exe)
+        .args(["recorder", "child", "--help"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    (out.status.success() && String::from_utf8_lossy(&out.stdout).contains("--peer")).then_some(exe)
+}
+
+/// One kill of a child recording with `peer`: % of the last [`RECALL_LAST`] completed records
+/// found afterwards.
+fn recall_trial(exe: &Path, peer: &str, base: &Path, seed: &mut u64) -> Result<Sample, String> {
+    let dir = base.join(format!(
+        "spindle-recall-{}-{peer}-{seed:x}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut child = std::process::Command::new(exe)
+        .args(["recorder", "child", "--peer", peer, "--dir"])
+        .arg(&dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+    let start = Instant::now();
+    while !dir.join("ready").exists() {
+        if start.elapsed() > std::time::Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("the {peer} child never got ready"));
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    std::thread::sleep(std::time::Duration::from_micros(1000 + *seed % 9000));
+    let _ = child.kill();
+    let _ = child.wait();
+    let progress = std::fs::read(dir.join("progress")).map_err(|e| e.to_string())?;
+    let done = u64::from_le_bytes(progress[..8].try_into().map_err(|_| "progress: 8 bytes")?);
+    let recovered = recovered(peer, &dir)?;
+    let lo = done.saturating_sub(RECALL_LAST);
+    let kept = (lo..done).filter(|i| recovered.contains(i)).count() as f64;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(Sample::new().with("recall", 100.0 * kept / (done - lo).max(1) as f64))
+}
+
+/// The record numbers `peer` left in `dir`.
+fn recovered(peer: &str, dir: &Path) -> Result<std::collections::HashSet<u64>, String> {
+    let number = |msg: &str| {
+        msg.rsplit_once("record ")
+            .and_then(|(_, n)| n.trim().parse().ok())
+    };
+    Ok(if peer == "spindle" {
+        let rec =
+            spindle_recorder::read::Recording::open(dir.join("rec")).map_err(|e| e.to_string())?;
+        rec.records(usize::MAX)
+            .0
+            .iter()
+            .filter_map(|r| number(&r.message))
+            .collect()
+    } else {
+        std::fs::read_to_string(dir.join("log"))
+            .map_err(|e| e.to_string())?
+            .lines()
+            .filter_map(number)
+            .collect()
+    })
 }
 
 /// A thread-local ring of 64-byte slots: the floor's destination.
@@ -261,11 +450,12 @@ impl Experiment for Recorder {
         Info {
             name: "recorder",
             title: "Flight recorder: the cost of a record, kept or not, and throughput under load",
-            summary: "spindle-recorder's record! vs tracing + tracing-appender (non-blocking): per-record p50/p99/p99.9, a record below its level, records/s at 4 × cores threads",
+            summary: "spindle-recorder's record! vs tracing + tracing-appender (non-blocking): per-record p50/p99/p99.9, a record below its level, records/s at 4 × cores threads, records left after a SIGKILL",
             question: "What does keeping a record cost when nothing is formatted until a dump, against \
                        a logger that formats on the calling thread and writes on another; what does a \
                        record below its level cost; how many records per second do 4 × cores threads \
-                       get through?",
+                       get through; and which of its last records does each logger leave behind when \
+                       the process is killed?",
             references: &[],
             quick_seconds: 12,
         }
@@ -390,6 +580,60 @@ impl Experiment for Recorder {
                 )
                 .threads(threads),
             );
+        }
+        match recall_exe() {
+            Some(exe) => {
+                let base = std::env::temp_dir();
+                plan.section(
+                    LabSection::new(
+                        "recall",
+                        "Records left behind after a SIGKILL at a random moment",
+                    )
+                    .baseline("recall-all")
+                    .metric(
+                        Metric::ratio(
+                            "recall",
+                            format!("% of the last {RECALL_LAST} completed records found"),
+                        )
+                        .higher_is_better(),
+                    ),
+                );
+                plan.variant(Variant::fixed(
+                    "recall",
+                    "recall-all",
+                    "every record (100 %)",
+                    || Sample::new().with("recall", 100.0),
+                ));
+                for (k, (peer, label)) in RECALLERS.iter().enumerate() {
+                    let (exe, base) = (exe.clone(), base.clone());
+                    let mut seed = 0x2545_F491_4F6C_DD1D_u64 ^ (k as u64 + 1) << 32;
+                    plan.variant(Variant::fixed(
+                        "recall",
+                        format!("recall-{peer}"),
+                        *label,
+                        move || {
+                            recall_trial(&exe, peer, &base, &mut seed)
+                                .unwrap_or_else(|e| panic!("recall, {peer}: {e}"))
+                        },
+                    ));
+                }
+                plan.claim(
+                    Claim::guarantee(
+                        "recorder-recall",
+                        format!("After a SIGKILL, the recording holds at least 97 % of the last {RECALL_LAST} completed records (the crate's tests check every record, exactly)"),
+                    )
+                    .ratio("recall-spindle", "recall-all")
+                    .metric("recall")
+                    .at_least(0.97),
+                );
+                plan.param(
+                    "recall",
+                    format!("a child process records numbered records until SIGKILL (1–10 ms after its first {RECALL_LAST}); each trial counts which of the last {RECALL_LAST} completed records the logger's file holds"),
+                );
+            }
+            None => {
+                plan.note("The recall section is left out: this process is not the spindle binary (run the lab with `spindle lab`).");
+            }
         }
         let g = Claim::guarantee;
         plan.claim(
