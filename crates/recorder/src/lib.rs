@@ -38,6 +38,11 @@
 //! is published by its ring's head, stored after its slot: a reader sees whole records only,
 //! and the one being written when the process was killed is left out, never half-read.
 //!
+//! # Adapters
+//!
+//! With the `tracing` feature, `tracing_layer::RecorderLayer` records `tracing` events (fields
+//! by value); with the `log` feature, `log_adapter::init` installs a `log::Log` that records.
+//!
 //! # Threads
 //!
 //! A thread takes a ring at its first record and gives it back when it exits; the ring keeps
@@ -61,11 +66,15 @@ use std::io;
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
+#[cfg(any(feature = "tracing", feature = "log"))]
+mod callsites;
 mod dump;
 mod encode;
 mod layout;
 
 pub mod crash;
+#[cfg(feature = "log")]
+pub mod log_adapter;
 pub mod read;
 #[cfg(feature = "tracing")]
 pub mod tracing_layer;

@@ -21,15 +21,13 @@
 //! field. The layer's [`Section`] decides which levels are kept; the layer never disables an
 //! event for the other layers of the subscriber.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::*};
-use std::sync::Mutex;
 
 use tracing_core::field::{Field, Visit};
 use tracing_core::{Event, Metadata, Subscriber};
 use tracing_subscriber::layer::{Context, Layer};
 
+use crate::callsites::Short;
 use crate::{Encoder, Level, Section, Site};
 
 /// The layer: `registry().with(RecorderLayer::new(&SECTION))`.
@@ -60,7 +58,8 @@ impl<S: Subscriber> Layer<S> for RecorderLayer {
         if !self.section.enabled(level_of(meta.level())) {
             return;
         }
-        let site = site_for(meta);
+        let key = [meta as *const Metadata<'static> as usize, 0, 0];
+        let site = crate::callsites::site(key, || new_site(meta));
         let mut fields = Fields(Encoder::new());
         event.record(&mut fields);
         crate::write(site, &fields.0);
@@ -88,99 +87,14 @@ impl Visit for Fields {
     }
     fn record_debug(&mut self, _: &Field, v: &dyn std::fmt::Debug) {
         // Formatted into a stack buffer no longer than what a record can hold.
-        let mut b = Short::default();
+        let mut b = Short::new();
         let _ = write!(b, "{v:?}");
         self.0.put_str(b.as_str());
     }
 }
 
-/// A string of at most [`crate::PAYLOAD`] bytes; what does not fit is dropped (at a
-/// character boundary).
-struct Short {
-    buf: [u8; crate::PAYLOAD],
-    len: usize,
-}
-
-impl Default for Short {
-    fn default() -> Short {
-        Short {
-            buf: [0; crate::PAYLOAD],
-            len: 0,
-        }
-    }
-}
-
-impl Short {
-    fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
-    }
-}
-
-impl std::fmt::Write for Short {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        let mut k = s.len().min(self.buf.len() - self.len);
-        while k > 0 && !s.is_char_boundary(k) {
-            k -= 1;
-        }
-        self.buf[self.len..self.len + k].copy_from_slice(&s.as_bytes()[..k]);
-        self.len += k;
-        Ok(())
-    }
-}
-
-// --- callsite → site ------------------------------------------------------------------------
-
-/// Sites by callsite address: an open-addressing table read with two loads per event, filled
-/// under a lock the first time a callsite fires (a map behind the lock when it is full).
-const TABLE: usize = 4096;
-static KEYS: [AtomicUsize; TABLE] = [const { AtomicUsize::new(0) }; TABLE];
-static SITES: [AtomicPtr<Site>; TABLE] = [const { AtomicPtr::new(std::ptr::null_mut()) }; TABLE];
-static SLOW: Mutex<Option<HashMap<usize, &'static Site>>> = Mutex::new(None);
-
-fn slot_of(key: usize) -> usize {
-    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20) % TABLE
-}
-
-fn site_for(meta: &'static Metadata<'static>) -> &'static Site {
-    let key = meta as *const Metadata<'static> as usize;
-    let mut i = slot_of(key);
-    for _ in 0..TABLE {
-        match KEYS[i].load(Acquire) {
-            k if k == key => {
-                // SAFETY: SITES[i] was stored (a leaked, never freed Site) before KEYS[i]
-                // (Release), which this Acquire load read.
-                return unsafe { &*SITES[i].load(Relaxed) };
-            }
-            0 => break,
-            _ => i = (i + 1) % TABLE,
-        }
-    }
-    insert(meta, key)
-}
-
-#[cold]
-fn insert(meta: &'static Metadata<'static>, key: usize) -> &'static Site {
-    let mut slow = SLOW.lock().unwrap_or_else(|e| e.into_inner());
-    let map = slow.get_or_insert_with(HashMap::new);
-    if let Some(site) = map.get(&key) {
-        return site;
-    }
-    let site = new_site(meta);
-    map.insert(key, site);
-    let mut i = slot_of(key);
-    for _ in 0..TABLE {
-        if KEYS[i].load(Relaxed) == 0 {
-            SITES[i].store(site as *const Site as *mut Site, Relaxed);
-            KEYS[i].store(key, Release);
-            break;
-        }
-        i = (i + 1) % TABLE;
-    }
-    site
-}
-
 /// A site for a callsite: the target as the section's name, and the message then each field.
-fn new_site(meta: &'static Metadata<'static>) -> &'static Site {
+fn new_site(meta: &'static Metadata<'static>) -> Site {
     let mut fmt = String::new();
     for f in meta.fields() {
         if !fmt.is_empty() {
@@ -195,11 +109,11 @@ fn new_site(meta: &'static Metadata<'static>) -> &'static Site {
     }
     let level = level_of(meta.level());
     let section: &'static Section = Box::leak(Box::new(Section::new(meta.target(), level)));
-    Box::leak(Box::new(Site::new(
+    Site::new(
         section,
         level,
         meta.file().unwrap_or("?"),
         meta.line().unwrap_or(0),
         Box::leak(fmt.into_boxed_str()),
-    )))
+    )
 }

@@ -4,7 +4,7 @@
 //! when the crash log is written; NanoLog-style loggers record in about 8 ns).
 //!
 //! - **record**: one thread records `"request {} took {} ns"` with two integers, over and
-//!   over. Records are timed in batches of [`BATCH`] with the TSC (a timer per record would
+//!   over. Records are timed in batches of 8 (`BATCH`) with the TSC (a timer per record would
 //!   cost as much as the record), less the timer's own cost; each batch gives one per-record
 //!   figure, and a run reports the median, p99 and p99.9 of its batches. The floor is what no timestamped record can
 //!   beat on this machine: one TSC read and one 64-byte store to a thread-local ring.
@@ -27,7 +27,7 @@
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Barrier, OnceLock};
+use std::sync::{Barrier, OnceLock};
 use std::time::Instant;
 
 use spindle_recorder::{record, Level, Options, Section};
@@ -73,6 +73,10 @@ enum Who {
     TracingOff,
     /// `tracing::info!` into a subscriber whose only layer is Spindle's `RecorderLayer`.
     TracingLayer,
+    /// A `log` record into ftlog's logger (formats on the caller, writes on its thread).
+    Ftlog,
+    /// A `log` record into Spindle's `RecorderLog`.
+    LogAdapter,
 }
 
 impl Who {
@@ -84,6 +88,8 @@ impl Who {
             Who::Tracing => "tracing",
             Who::TracingOff => "tracing-off",
             Who::TracingLayer => "tracing-layer",
+            Who::Ftlog => "ftlog",
+            Who::LogAdapter => "log-adapter",
         }
     }
 }
@@ -95,6 +101,10 @@ struct Tracing {
     on: tracing::Dispatch,
     off: tracing::Dispatch,
     layer: tracing::Dispatch,
+    /// `log` back ends, called through `log::Log` directly (a process has one global logger;
+    /// the lab measures two).
+    ftlog: ftlog::Logger,
+    log_adapter: spindle_recorder::log_adapter::RecorderLog,
     _guard: tracing_appender::non_blocking::WorkerGuard,
 }
 
@@ -124,10 +134,18 @@ impl Tracing {
             tracing_subscriber::registry()
                 .with(spindle_recorder::tracing_layer::RecorderLayer::new(&LAYER)),
         );
+        static LOG: Section = Section::new("log", Level::Info);
+        let ftlog = ftlog::builder()
+            .root(std::io::sink())
+            .bounded(1 << 16, true)
+            .build()
+            .expect("ftlog's logger");
         Tracing {
             on,
             off,
             layer,
+            ftlog,
+            log_adapter: spindle_recorder::log_adapter::RecorderLog::new(&LOG),
             _guard: guard,
         }
     }
@@ -139,10 +157,11 @@ impl Tracing {
 pub const RECALL_LAST: u64 = 1000;
 
 /// Loggers in the recall section: id (also the child's `--peer`), label.
-const RECALLERS: [(&str, &str); 3] = [
+const RECALLERS: [(&str, &str); 4] = [
     ("spindle", "Spindle recorder (its file)"),
     ("tracing-nb", "tracing, non-blocking writer to a file"),
     ("tracing-file", "tracing, a File written on every event"),
+    ("ftlog", "log + ftlog to a file"),
 ];
 
 /// The child's side (`spindle recorder child --peer P --dir D`): records `record {i}` for
@@ -199,8 +218,17 @@ pub fn recall_child(peer: &str, dir: &Path) -> Result<(), String> {
             };
             tracing::subscriber::with_default(sub, || run(&mut |i| tracing::info!("record {}", i)))
         }
+        "ftlog" => {
+            let file = std::fs::File::create(dir.join("log")).map_err(err)?;
+            let _guard = ftlog::builder()
+                .root(file)
+                .bounded(1 << 16, true)
+                .try_init()
+                .map_err(|e| format!("ftlog: {e}"))?;
+            run(&mut |i| log::info!("record {}", i))
+        }
         other => Err(format!(
-            "unknown peer {other:?} (spindle, tracing-nb, tracing-file)"
+            "unknown peer {other:?} (spindle, tracing-nb, tracing-file, ftlog)"
         )),
     }
 }
@@ -324,8 +352,25 @@ struct FloorRing {
 
 /// One record by `who`, argument `i`.
 #[inline(always)]
-fn one(who: Who, i: u64, floor: &mut FloorRing) {
+fn one(who: Who, i: u64, floor: &mut FloorRing, peers: &Tracing) {
     match who {
+        Who::Ftlog | Who::LogAdapter => {
+            let logger: &dyn log::Log = if who == Who::Ftlog {
+                &peers.ftlog
+            } else {
+                &peers.log_adapter
+            };
+            logger.log(
+                &log::Record::builder()
+                    .args(format_args!("request {} took {} ns", i, 1234u64))
+                    .level(log::Level::Info)
+                    .target("lab")
+                    .module_path_static(Some(module_path!()))
+                    .file_static(Some(file!()))
+                    .line(Some(line!()))
+                    .build(),
+            );
+        }
         Who::Spindle => record!(LAB, Info, "request {} took {} ns", i, 1234u64),
         Who::SpindleOff => record!(QUIET, Info, "request {} took {} ns", i, 1234u64),
         Who::Tracing | Who::TracingOff | Who::TracingLayer => {
@@ -353,23 +398,58 @@ fn batches(who: Who, n: u64, batch: u64, ticks_per_ns: f64, tracing: &Tracing) -
         slots: (0..1024).map(|_| CachePadded([0u64; 8])).collect(),
         head: 0,
     };
-    let mut out = Vec::with_capacity(n as usize);
-    let mut run = || {
+    // One loop per contestant, its record inlined (no dispatch on `who` inside the loop: a
+    // record below its level costs less than a mispredicted match).
+    let timed = |f: &mut dyn FnMut(u64)| -> Vec<f64> {
+        let mut out = Vec::with_capacity(n as usize);
         for k in 0..n {
             let t0 = rdtsc();
-            for j in 0..batch {
-                one(who, black_box(k * batch + j), &mut floor);
-            }
+            f(k * batch);
             let ticks = (rdtsc().wrapping_sub(t0) as f64 - timer).max(0.0);
             out.push(ticks / ticks_per_ns / batch as f64);
         }
+        out
     };
-    match who {
-        Who::Tracing => tracing::dispatcher::with_default(&tracing.on, run),
-        Who::TracingOff => tracing::dispatcher::with_default(&tracing.off, run),
-        Who::TracingLayer => tracing::dispatcher::with_default(&tracing.layer, run),
-        _ => run(),
+    macro_rules! each {
+        ($i:ident => $body:expr) => {
+            &mut |base: u64| {
+                for j in 0..batch {
+                    let $i = black_box(base + j);
+                    $body;
+                }
+            }
+        };
     }
+    let out = match who {
+        Who::Spindle => timed(each!(i => record!(LAB, Info, "request {} took {} ns", i, 1234u64))),
+        Who::SpindleOff => {
+            timed(each!(i => record!(QUIET, Info, "request {} took {} ns", i, 1234u64)))
+        }
+        Who::Floor => timed(each!(i => {
+            let slot = floor.head & (floor.slots.len() - 1);
+            floor.slots[slot].0 = [1, rdtsc(), i, 1234, 0, 0, 0, 0];
+            floor.head += 1;
+        })),
+        Who::Tracing | Who::TracingOff | Who::TracingLayer => {
+            let d = match who {
+                Who::Tracing => &tracing.on,
+                Who::TracingOff => &tracing.off,
+                _ => &tracing.layer,
+            };
+            tracing::dispatcher::with_default(d, || {
+                timed(
+                    each!(i => tracing::info!(target: "lab", "request {} took {} ns", i, 1234u64)),
+                )
+            })
+        }
+        Who::Ftlog | Who::LogAdapter => {
+            let mut scratch = FloorRing {
+                slots: Vec::new(),
+                head: 0,
+            };
+            timed(each!(i => one(who, i, &mut scratch, tracing)))
+        }
+    };
     black_box(&floor.slots);
     out
 }
@@ -385,40 +465,40 @@ fn percentiles(mut v: Vec<f64>) -> Sample {
 /// span from the first thread's first record to the last thread's last (each thread reads the
 /// clock itself: the thread that started them may be descheduled meanwhile).
 fn throughput(who: Who, threads: usize, n: u64, tracing: &Tracing) -> Sample {
-    let start = Arc::new(Barrier::new(threads + 1));
-    let handles: Vec<_> = (0..threads)
-        .map(|_| {
-            let start = start.clone();
-            let dispatch = match who {
-                Who::TracingLayer => tracing.layer.clone(),
-                _ => tracing.on.clone(),
-            };
-            std::thread::spawn(move || {
-                let mut floor = FloorRing {
-                    slots: Vec::new(),
-                    head: 0,
-                };
-                let mut work = || {
-                    start.wait();
-                    let t0 = Instant::now();
-                    for i in 0..n {
-                        one(who, black_box(i), &mut floor);
+    let start = Barrier::new(threads + 1);
+    let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let start = &start;
+                s.spawn(move || {
+                    let mut floor = FloorRing {
+                        slots: Vec::new(),
+                        head: 0,
+                    };
+                    let mut work = || {
+                        start.wait();
+                        let t0 = Instant::now();
+                        for i in 0..n {
+                            one(who, black_box(i), &mut floor, tracing);
+                        }
+                        (t0, Instant::now())
+                    };
+                    match who {
+                        Who::Tracing => tracing::dispatcher::with_default(&tracing.on, work),
+                        Who::TracingLayer => {
+                            tracing::dispatcher::with_default(&tracing.layer, work)
+                        }
+                        _ => work(),
                     }
-                    (t0, Instant::now())
-                };
-                if matches!(who, Who::Tracing | Who::TracingLayer) {
-                    tracing::dispatcher::with_default(&dispatch, work)
-                } else {
-                    work()
-                }
+                })
             })
-        })
-        .collect();
-    start.wait();
-    let spans: Vec<(Instant, Instant)> = handles
-        .into_iter()
-        .map(|h| h.join().expect("a recording thread panicked"))
-        .collect();
+            .collect();
+        start.wait();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a recording thread panicked"))
+            .collect()
+    });
     let first = spans.iter().map(|s| s.0).min().expect("threads");
     let last = spans.iter().map(|s| s.1).max().expect("threads");
     let secs = (last - first).as_secs_f64().max(1e-9);
@@ -457,7 +537,7 @@ impl Experiment for Recorder {
                        get through; and which of its last records does each logger leave behind when \
                        the process is killed?",
             references: &[],
-            quick_seconds: 12,
+            quick_seconds: 16,
         }
     }
 
@@ -466,8 +546,8 @@ impl Experiment for Recorder {
         let tpn = ctx.machine.tsc_ghz;
         let threads = 4 * ctx.cores();
         let per_thread: u64 = match ctx.profile {
-            crate::results::Profile::Full => 200_000,
-            _ => 50_000,
+            crate::results::Profile::Full => 100_000,
+            _ => 10_000,
         };
         ctx.status("starting tracing's writer");
         let tracing = Tracing::new();
@@ -519,6 +599,11 @@ impl Experiment for Recorder {
                 Who::TracingLayer,
                 "tracing::info! into Spindle's RecorderLayer",
             ),
+            (
+                Who::Ftlog,
+                "a log record into ftlog (bounded queue, blocking)",
+            ),
+            (Who::LogAdapter, "a log record into Spindle's RecorderLog"),
         ] {
             plan.variant(
                 Variant::calibrated("record", format!("record-{}", who.id()), label, move |n| {
@@ -570,6 +655,11 @@ impl Experiment for Recorder {
                 Who::TracingLayer,
                 "tracing::info! into Spindle's RecorderLayer",
             ),
+            (
+                Who::Ftlog,
+                "a log record into ftlog (bounded queue, blocking)",
+            ),
+            (Who::LogAdapter, "a log record into Spindle's RecorderLog"),
         ] {
             plan.variant(
                 Variant::fixed(
@@ -693,6 +783,8 @@ mod tests {
             Who::Tracing,
             Who::TracingOff,
             Who::TracingLayer,
+            Who::Ftlog,
+            Who::LogAdapter,
         ] {
             let v = batches(who, 4, BATCH, 1.0, &t);
             assert_eq!(v.len(), 4);
@@ -701,7 +793,13 @@ mod tests {
                 "{who:?}: {v:?}"
             );
         }
-        for who in [Who::Spindle, Who::Tracing, Who::TracingLayer] {
+        for who in [
+            Who::Spindle,
+            Who::Tracing,
+            Who::TracingLayer,
+            Who::Ftlog,
+            Who::LogAdapter,
+        ] {
             let r = throughput(who, 3, 100, &t).value("rate").unwrap();
             assert!(r > 0.0, "{who:?}");
         }
