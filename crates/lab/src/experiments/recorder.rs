@@ -13,6 +13,8 @@
 //! - The same `tracing::info!` into a subscriber whose only layer is Spindle's `RecorderLayer`
 //!   (what a program using `tracing` pays for a flight recorder added by one line) takes part
 //!   in the record and throughput sections.
+//! - **loaded**: the record section's timing with 4 × cores threads recording at once (each
+//!   thread its own batches; percentiles over all of them).
 //! - **throughput**: 4 × cores threads record as fast as they can; records per second, all
 //!   threads together. `tracing`'s writer blocks when its queue is full (`lossy(false)`), so
 //!   every record it counts reached the writer (here `io::sink`).
@@ -505,6 +507,28 @@ fn throughput(who: Who, threads: usize, n: u64, tracing: &Tracing) -> Sample {
     Sample::new().with("rate", (threads as u64 * n) as f64 / secs)
 }
 
+/// `threads` threads time `n` batches of [`BATCH`] records each, started together: the
+/// per-record latency of every batch of every thread.
+fn loaded(who: Who, threads: usize, n: u64, ticks_per_ns: f64, tracing: &Tracing) -> Sample {
+    let start = Barrier::new(threads);
+    let all: Vec<f64> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let start = &start;
+                s.spawn(move || {
+                    start.wait();
+                    batches(who, n, BATCH, ticks_per_ns, tracing)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("a recording thread panicked"))
+            .collect()
+    });
+    percentiles(all)
+}
+
 /// Whether the 6 ns median is within reach here: the floor (a TSC read and one 64-byte store)
 /// alone may cost more on this machine.
 fn reach(r: &mut ExperimentResult) {
@@ -671,6 +695,40 @@ impl Experiment for Recorder {
                 .threads(threads),
             );
         }
+        plan.section(
+            LabSection::new(
+                "loaded",
+                format!("Keep one record, {threads} threads at once"),
+            )
+            .baseline("loaded-tracing")
+            .metric(time("p50", "per record, median batch"))
+            .metric(time("p99", "per record, p99 batch"))
+            .metric(time("p999", "per record, p99.9 batch")),
+        );
+        let batches_per_thread = (per_thread / BATCH).max(1);
+        for (who, label) in [
+            (Who::Spindle, "Spindle record!"),
+            (
+                Who::Tracing,
+                "tracing::info! (fmt layer, non-blocking writer)",
+            ),
+            (
+                Who::TracingLayer,
+                "tracing::info! into Spindle's RecorderLayer",
+            ),
+            (
+                Who::Ftlog,
+                "a log record into ftlog (bounded queue, blocking)",
+            ),
+            (Who::LogAdapter, "a log record into Spindle's RecorderLog"),
+        ] {
+            plan.variant(
+                Variant::fixed("loaded", format!("loaded-{}", who.id()), label, move || {
+                    loaded(who, threads, batches_per_thread, tpn, t)
+                })
+                .threads(threads),
+            );
+        }
         match recall_exe() {
             Some(exe) => {
                 let base = std::env::temp_dir();
@@ -801,6 +859,8 @@ mod tests {
             Who::LogAdapter,
         ] {
             let r = throughput(who, 3, 100, &t).value("rate").unwrap();
+            let p = loaded(who, 3, 10, 1.0, &t).value("p99").unwrap();
+            assert!(p.is_finite() && p >= 0.0, "{who:?}: {p}");
             assert!(r > 0.0, "{who:?}");
         }
         let mut out = Vec::new();
