@@ -907,6 +907,9 @@ fn wakes_of(p: &Pools, who: Who, n: u64, ticks_per_ns: f64) -> Vec<f64> {
         Who::Rayon => wakes(&p.rayon, n, ticks_per_ns),
         Who::Tokio => wakes(&p.tokio, n, ticks_per_ns),
         Who::ForkUnion => {
+            // Out of its power-saving mode first (the lab rests it between runs): the section
+            // measures its workers as they are while in use, spinning.
+            p.fork_union.rouse();
             let l = wakes(&p.fork_union, n, ticks_per_ns);
             p.fork_union.rest();
             l
