@@ -820,6 +820,16 @@ impl Experiment for Recorder {
             .metric("rate")
             .at_least(5.0),
         );
+        // The bound is against the best peer: each peer has a claim of its own.
+        plan.claim(
+            Claim::guarantee(
+                "recorder-throughput-ftlog",
+                format!("{threads} threads (4 × cores) record at least 5 × as many records per second as with ftlog"),
+            )
+            .ratio("throughput-spindle", "throughput-ftlog")
+            .metric("rate")
+            .at_least(5.0),
+        );
         plan.finish(reach);
         plan.note("A batch's per-record figure is its time less an empty batch's, over its records: a smoothed tail (p99.9 of 8-record means), not single records.");
         ctx.measure(plan)
