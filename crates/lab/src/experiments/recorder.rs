@@ -1,31 +1,32 @@
-//! `recorder`: Spindle's flight recorder (`spindle-recorder`) against `tracing` with
-//! `tracing-appender`'s non-blocking writer, the way Rust programs log today (seed 002:
-//! Arakoon's crash logger, which made recording free when all goes well by formatting only
-//! when the crash log is written; NanoLog-style loggers record in about 8 ns).
+//! `recorder`: Spindle's flight recorder (`spindle-recorder`) against how Rust programs log
+//! today: `tracing` with `tracing-appender`'s non-blocking writer, and ftlog as a `log` back end
+//! (seed 002: Arakoon's crash logger, which made recording free when all goes well by
+//! formatting only when the crash log is written; NanoLog-style loggers record in about 8 ns).
+//! Spindle's own adapters take part too: `tracing::info!` into its `RecorderLayer`, and a `log`
+//! record into its `RecorderLog` (what a program pays for a flight recorder added by one line).
+//! The `log` back ends are called through `log::Log` with the same record (a process has one
+//! global logger).
 //!
 //! - **record**: one thread records `"request {} took {} ns"` with two integers, over and
 //!   over. Records are timed in batches of 8 (`BATCH`) with the TSC (a timer per record would
 //!   cost as much as the record), less the timer's own cost; each batch gives one per-record
-//!   figure, and a run reports the median, p99 and p99.9 of its batches. The floor is what no timestamped record can
-//!   beat on this machine: one TSC read and one 64-byte store to a thread-local ring.
+//!   figure, and a run reports the median, p99 and p99.9 of its batches. The floor is what no
+//!   timestamped record can beat on this machine: one TSC read and one 64-byte store to a
+//!   thread-local ring.
 //! - **disabled**: the same call site below its section's level (Spindle), and `tracing`'s
 //!   event below the subscriber's level: the cost of a record that is not kept.
-//! - The same `tracing::info!` into a subscriber whose only layer is Spindle's `RecorderLayer`
-//!   (what a program using `tracing` pays for a flight recorder added by one line) takes part
-//!   in the record and throughput sections.
 //! - **loaded**: the record section's timing with 4 × cores threads recording at once (each
 //!   thread its own batches; percentiles over all of them).
 //! - **throughput**: 4 × cores threads record as fast as they can; records per second, all
-//!   threads together. `tracing`'s writer blocks when its queue is full (`lossy(false)`), so
-//!   every record it counts reached the writer (here `io::sink`).
-//!
+//!   threads together. `tracing`'s writer and ftlog's queue block when full, so every record
+//!   they count reached the writer (here `io::sink`).
 //! - **recall**: a child process (this binary, `spindle recorder child`) records numbered
 //!   records as fast as it can with one logger and publishes after each how many it completed
 //!   (a word in a shared mapping); the lab kills it with `SIGKILL` at a random moment and counts
 //!   which of the last [`RECALL_LAST`] completed records the logger left behind: Spindle's
-//!   recording file, or the log file `tracing` wrote (through the non-blocking writer, and
-//!   through a plain `File`, one `write` per event). The crate's tests check Spindle's recall
-//!   exactly, for `SIGKILL`, panics and every fatal signal; here it stands beside its peers'.
+//!   recording file, or the log file `tracing` (non-blocking writer, or a plain `File` written
+//!   on every event) or ftlog wrote. The crate's tests check Spindle's recall exactly, for
+//!   `SIGKILL`, panics and every fatal signal; here it stands beside its peers'.
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
