@@ -5,6 +5,9 @@
 //! Records of all threads come out in time order: a merge of the rings by TSC, each ring
 //! already in order.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
 use crate::encode::{decode, Arg, Level};
 use crate::layout::{View, FREE, NAME, PAYLOAD, SITE_TEXT, TRUNCATED};
 
@@ -292,6 +295,9 @@ pub struct Skipped {
 pub(crate) struct Scratch {
     /// Two words per ring.
     cursors: Vec<u64>,
+    /// The rings' next records, oldest first: (TSC, ring), one entry per ring at most, so it
+    /// never grows past the capacity allocated here.
+    heap: BinaryHeap<Reverse<(u64, usize)>>,
     site: [u8; SITE_TEXT],
     msg: Line,
 }
@@ -300,6 +306,7 @@ impl Scratch {
     pub(crate) fn new(rings: usize) -> Box<Scratch> {
         Box::new(Scratch {
             cursors: vec![0; 2 * rings],
+            heap: BinaryHeap::with_capacity(rings),
             site: [0; SITE_TEXT],
             msg: Line::new(),
         })
@@ -314,7 +321,12 @@ pub(crate) fn walk(
     scratch: &mut Scratch,
     mut each: impl FnMut(&RecordRef<'_>),
 ) -> Skipped {
-    let Scratch { cursors, site, msg } = scratch;
+    let Scratch {
+        cursors,
+        heap,
+        site,
+        msg,
+    } = scratch;
     let rings = view.geometry.ring_count as usize;
     let slots = u64::from(view.geometry.ring_slots);
     let half = rings.min(cursors.len() / 2);
@@ -334,29 +346,45 @@ pub(crate) fn walk(
             .max(view.start(r).min(h));
     }
     let mut skipped = Skipped::default();
-    loop {
-        // The ring whose next record is oldest.
-        let mut best: Option<(usize, [u64; 8])> = None;
-        for r in 0..rings {
-            while next[r] < end[r] {
-                match view.read_slot(r, next[r]) {
-                    Some(w) => {
-                        if best.is_none_or(|(_, b)| w[1] < b[1]) {
-                            best = Some((r, w));
-                        }
-                        break;
-                    }
-                    None => {
-                        skipped.slots += 1;
-                        next[r] += 1;
-                    }
+    // Ring `r`'s next whole record from `next[r]` on (skipping and counting slots that do not
+    // hold the record expected), as (TSC, words).
+    let mut advance = |r: usize, next: &mut [u64]| -> Option<(u64, [u64; 8])> {
+        while next[r] < end[r] {
+            match view.read_slot(r, next[r]) {
+                Some(w) => return Some((w[1], w)),
+                None => {
+                    skipped.slots += 1;
+                    next[r] += 1;
                 }
             }
         }
-        let Some((r, w)) = best else {
+        None
+    };
+    heap.clear();
+    for r in 0..rings {
+        if let Some((tsc, _)) = advance(r, next) {
+            heap.push(Reverse((tsc, r)));
+        }
+    }
+    loop {
+        // The ring whose next record is oldest: O(log rings) a record, not O(rings), for a
+        // crash dump of hundreds of full rings.
+        let Some(Reverse((tsc0, r))) = heap.pop() else {
             return skipped;
         };
+        // Read again: a live writer may have overwritten it since (then it is skipped, and the
+        // ring's next record goes back into the heap at its own time).
+        let Some((tsc, w)) = advance(r, next) else {
+            continue;
+        };
+        if tsc != tsc0 {
+            heap.push(Reverse((tsc, r)));
+            continue;
+        }
         next[r] += 1;
+        if let Some((tsc, _)) = advance(r, next) {
+            heap.push(Reverse((tsc, r)));
+        }
         let (tid, name) = view.ring_owner(r);
         let name_len = name.iter().position(|&c| c == 0).unwrap_or(NAME);
         let mut payload = [0u8; PAYLOAD];

@@ -87,4 +87,28 @@ fn wraparound_reuse_and_live_dumps() {
     // The main thread's ring is still its own.
     record!(S, Info, "main {}", 40u32);
     assert!(dump().iter().any(|l| l.ends_with(": main 40")));
+
+    // Two threads taking turns: the dump merges their rings in time order.
+    let (to_helper, from_main) = std::sync::mpsc::channel::<u32>();
+    let (to_main, from_helper) = std::sync::mpsc::channel::<u32>();
+    let helper = std::thread::spawn(move || {
+        while let Ok(step) = from_main.recv() {
+            record!(S, Info, "step {}", step + 1);
+            to_main.send(step + 2).unwrap();
+        }
+    });
+    let mut step = 0u32;
+    while step < 40 {
+        record!(S, Info, "step {}", step);
+        to_helper.send(step).unwrap();
+        step = from_helper.recv().unwrap();
+    }
+    drop(to_helper);
+    helper.join().unwrap();
+    let steps: Vec<u32> = dump()
+        .iter()
+        .filter_map(|l| l.split_once(": step ").map(|x| x.1.parse().unwrap()))
+        .collect();
+    // Each ring keeps its last 15: the steps from 10 on, both threads', interleaved in order.
+    assert_eq!(steps, (10..40).collect::<Vec<_>>(), "not in time order");
 }
