@@ -95,7 +95,36 @@ impl Who {
             Who::LogAdapter => "log-adapter",
         }
     }
+
+    fn label(self) -> &'static str {
+        match self {
+            Who::Spindle => "Spindle record!",
+            Who::SpindleOff => "Spindle record! below its section's level",
+            Who::Floor => "floor: a TSC read and one 64-byte store",
+            Who::Tracing => "tracing::info! (fmt layer, non-blocking writer)",
+            Who::TracingOff => "tracing::info! below the subscriber's level",
+            Who::TracingLayer => "tracing::info! into Spindle's RecorderLayer",
+            Who::Ftlog => "a log record into ftlog (bounded queue, blocking)",
+            Who::LogAdapter => "a log record into Spindle's RecorderLog",
+        }
+    }
 }
+
+/// The loggers in the record, loaded and throughput sections (the floor joins the first).
+const LOGGERS: [Who; 5] = [
+    Who::Spindle,
+    Who::Tracing,
+    Who::TracingLayer,
+    Who::Ftlog,
+    Who::LogAdapter,
+];
+
+/// The peers Spindle's throughput guarantee is decided against, one claim each (so against
+/// the best of them), with the claim's id.
+const PEERS: [(Who, &str); 2] = [
+    (Who::Tracing, "recorder-throughput"),
+    (Who::Ftlog, "recorder-throughput-ftlog"),
+];
 
 /// A `tracing` dispatcher that formats each event (the fmt layer) and hands the line to
 /// `tracing-appender`'s worker thread, which writes it to `io::sink`; blocking, not dropping,
@@ -576,7 +605,6 @@ impl Experiment for Recorder {
         };
         ctx.status("starting tracing's writer");
         let tracing = Tracing::new();
-        let t = &tracing;
         let mut plan = Plan::new();
         plan.param(
             "record",
@@ -594,246 +622,217 @@ impl Experiment for Recorder {
             "throughput",
             format!("{threads} threads (4 × cores), {per_thread} records each"),
         );
-        let time = |id, label| Metric::time(id, label);
-        plan.section(
-            LabSection::new("record", "Keep one record (one thread)")
-                .baseline("record-bound")
-                .metric(time("p50", "per record, median batch"))
-                .metric(time("p99", "per record, p99 batch"))
-                .metric(time("p999", "per record, p99.9 batch")),
-        );
-        plan.variant(Variant::fixed(
-            "record",
-            "record-bound",
-            "6 ns median, 25 ns p99.9 (the guarantees' bounds)",
-            || {
-                Sample::new()
-                    .with("p50", 6.0)
-                    .with("p99", 25.0)
-                    .with("p999", 25.0)
-            },
-        ));
-        for (who, label) in [
-            (Who::Spindle, "Spindle record! (kept)"),
-            (Who::Floor, "floor: a TSC read and one 64-byte store"),
-            (
-                Who::Tracing,
-                "tracing::info! (fmt layer, non-blocking writer)",
-            ),
-            (
-                Who::TracingLayer,
-                "tracing::info! into Spindle's RecorderLayer",
-            ),
-            (
-                Who::Ftlog,
-                "a log record into ftlog (bounded queue, blocking)",
-            ),
-            (Who::LogAdapter, "a log record into Spindle's RecorderLog"),
-        ] {
-            plan.variant(
-                Variant::calibrated("record", format!("record-{}", who.id()), label, move |n| {
-                    percentiles(batches(who, n, BATCH, tpn, t))
-                })
-                .max_work(1 << 20),
-            );
-        }
-        plan.section(
-            LabSection::new("disabled", "A record below its level (one thread)")
-                .baseline("disabled-bound")
-                .metric(time("p50", "per record, median batch")),
-        );
-        plan.variant(Variant::fixed(
-            "disabled",
-            "disabled-bound",
-            "1 ns (the guarantee's bound)",
-            || Sample::new().with("p50", 1.0),
-        ));
-        for (who, label) in [
-            (Who::SpindleOff, "Spindle record! below its section's level"),
-            (
-                Who::TracingOff,
-                "tracing::info! below the subscriber's level",
-            ),
-        ] {
-            plan.variant(
-                Variant::calibrated(
-                    "disabled",
-                    format!("disabled-{}", who.id()),
-                    label,
-                    move |n| {
-                        let mut v = batches(who, n, BATCH_OFF, tpn, t);
-                        Sample::new().with("p50", quantile(&mut v, 0.5))
-                    },
-                )
-                .max_work(1 << 20),
-            );
-        }
-        plan.section(
-            LabSection::new("throughput", format!("{threads} threads recording at once"))
-                .baseline("throughput-tracing")
-                .metric(Metric::rate("rate", "records per second, all threads").higher_is_better()),
-        );
-        for (who, label) in [
-            (Who::Spindle, "Spindle record!"),
-            (Who::Tracing, "tracing::info! (non-blocking writer)"),
-            (
-                Who::TracingLayer,
-                "tracing::info! into Spindle's RecorderLayer",
-            ),
-            (
-                Who::Ftlog,
-                "a log record into ftlog (bounded queue, blocking)",
-            ),
-            (Who::LogAdapter, "a log record into Spindle's RecorderLog"),
-        ] {
-            plan.variant(
-                Variant::fixed(
-                    "throughput",
-                    format!("throughput-{}", who.id()),
-                    label,
-                    move || throughput(who, threads, per_thread, t),
-                )
-                .threads(threads),
-            );
-        }
-        plan.section(
-            LabSection::new(
-                "loaded",
-                format!("Keep one record, {threads} threads at once"),
-            )
-            .baseline("loaded-tracing")
-            .metric(time("p50", "per record, median batch"))
-            .metric(time("p99", "per record, p99 batch"))
-            .metric(time("p999", "per record, p99.9 batch")),
-        );
-        let batches_per_thread = (per_thread / BATCH).max(1);
-        for (who, label) in [
-            (Who::Spindle, "Spindle record!"),
-            (
-                Who::Tracing,
-                "tracing::info! (fmt layer, non-blocking writer)",
-            ),
-            (
-                Who::TracingLayer,
-                "tracing::info! into Spindle's RecorderLayer",
-            ),
-            (
-                Who::Ftlog,
-                "a log record into ftlog (bounded queue, blocking)",
-            ),
-            (Who::LogAdapter, "a log record into Spindle's RecorderLog"),
-        ] {
-            plan.variant(
-                Variant::fixed("loaded", format!("loaded-{}", who.id()), label, move || {
-                    loaded(who, threads, batches_per_thread, tpn, t)
-                })
-                .threads(threads),
-            );
-        }
-        match recall_exe() {
-            Some(exe) => {
-                let base = std::env::temp_dir();
-                plan.section(
-                    LabSection::new(
-                        "recall",
-                        "Records left behind after a SIGKILL at a random moment",
-                    )
-                    .baseline("recall-all")
-                    .metric(
-                        Metric::ratio(
-                            "recall",
-                            format!("% of the last {RECALL_LAST} completed records found"),
-                        )
-                        .higher_is_better(),
-                    ),
-                );
-                plan.variant(Variant::fixed(
-                    "recall",
-                    "recall-all",
-                    "every record (100 %)",
-                    || Sample::new().with("recall", 100.0),
-                ));
-                for (k, (peer, label)) in RECALLERS.iter().enumerate() {
-                    let (exe, base) = (exe.clone(), base.clone());
-                    let mut seed = 0x2545_F491_4F6C_DD1D_u64 ^ (k as u64 + 1) << 32;
-                    plan.variant(Variant::fixed(
-                        "recall",
-                        format!("recall-{peer}"),
-                        *label,
-                        move || {
-                            recall_trial(&exe, peer, &base, &mut seed)
-                                .unwrap_or_else(|e| panic!("recall, {peer}: {e}"))
-                        },
-                    ));
-                }
-                plan.claim(
-                    Claim::guarantee(
-                        "recorder-recall",
-                        format!("After a SIGKILL, the recording holds at least 97 % of the last {RECALL_LAST} completed records (the crate's tests check every record, exactly)"),
-                    )
-                    .ratio("recall-spindle", "recall-all")
-                    .metric("recall")
-                    .at_least(0.97),
-                );
-                plan.param(
-                    "recall",
-                    format!("a child process records numbered records until SIGKILL (1–10 ms after its first {RECALL_LAST}); each trial counts which of the last {RECALL_LAST} completed records the logger's file holds"),
-                );
-            }
-            None => {
-                plan.note("The recall section is left out: this process is not the spindle binary (run the lab with `spindle lab`).");
-            }
-        }
-        let g = Claim::guarantee;
-        plan.claim(
-            g(
-                "recorder-p50",
-                "A kept record costs at most 6 ns (median, one thread)",
-            )
-            .ratio("record-spindle", "record-bound")
-            .metric("p50")
-            .at_most(1.0),
-        );
-        plan.claim(
-            g(
-                "recorder-p999",
-                "A kept record costs at most 25 ns at p99.9 (one thread)",
-            )
-            .ratio("record-spindle", "record-bound")
-            .metric("p999")
-            .at_most(1.0),
-        );
-        plan.claim(
-            g(
-                "recorder-disabled",
-                "A record below its section's level costs at most 1 ns",
-            )
-            .ratio("disabled-spindle-off", "disabled-bound")
-            .metric("p50")
-            .at_most(1.0),
-        );
-        plan.claim(
-            Claim::guarantee(
-                "recorder-throughput",
-                format!("{threads} threads (4 × cores) record at least 5 × as many records per second as with tracing's non-blocking writer"),
-            )
-            .ratio("throughput-spindle", "throughput-tracing")
-            .metric("rate")
-            .at_least(5.0),
-        );
-        // The bound is against the best peer: each peer has a claim of its own.
-        plan.claim(
-            Claim::guarantee(
-                "recorder-throughput-ftlog",
-                format!("{threads} threads (4 × cores) record at least 5 × as many records per second as with ftlog"),
-            )
-            .ratio("throughput-spindle", "throughput-ftlog")
-            .metric("rate")
-            .at_least(5.0),
-        );
+        one_thread_sections(&mut plan, tpn, &tracing);
+        loaded_sections(&mut plan, threads, per_thread, tpn, &tracing);
+        recall_section(&mut plan);
+        claims(&mut plan, threads);
         plan.finish(reach);
         plan.note("A batch's per-record figure is its time less an empty batch's, over its records: a smoothed tail (p99.9 of 8-record means), not single records.");
         ctx.measure(plan)
+    }
+}
+
+fn percentile_metrics(s: LabSection) -> LabSection {
+    s.metric(Metric::time("p50", "per record, median batch"))
+        .metric(Metric::time("p99", "per record, p99 batch"))
+        .metric(Metric::time("p999", "per record, p99.9 batch"))
+}
+
+/// The record and disabled sections: one thread.
+fn one_thread_sections<'a>(plan: &mut Plan<'a>, tpn: f64, t: &'a Tracing) {
+    plan.section(percentile_metrics(
+        LabSection::new("record", "Keep one record (one thread)").baseline("record-bound"),
+    ));
+    plan.variant(Variant::fixed(
+        "record",
+        "record-bound",
+        "6 ns median, 25 ns p99.9 (the guarantees' bounds)",
+        || {
+            Sample::new()
+                .with("p50", 6.0)
+                .with("p99", 25.0)
+                .with("p999", 25.0)
+        },
+    ));
+    for who in std::iter::once(Who::Floor).chain(LOGGERS) {
+        plan.variant(
+            Variant::calibrated(
+                "record",
+                format!("record-{}", who.id()),
+                who.label(),
+                move |n| percentiles(batches(who, n, BATCH, tpn, t)),
+            )
+            .max_work(1 << 20),
+        );
+    }
+    plan.section(
+        LabSection::new("disabled", "A record below its level (one thread)")
+            .baseline("disabled-bound")
+            .metric(Metric::time("p50", "per record, median batch")),
+    );
+    plan.variant(Variant::fixed(
+        "disabled",
+        "disabled-bound",
+        "1 ns (the guarantee's bound)",
+        || Sample::new().with("p50", 1.0),
+    ));
+    for who in [Who::SpindleOff, Who::TracingOff] {
+        plan.variant(
+            Variant::calibrated(
+                "disabled",
+                format!("disabled-{}", who.id()),
+                who.label(),
+                move |n| {
+                    let mut v = batches(who, n, BATCH_OFF, tpn, t);
+                    Sample::new().with("p50", quantile(&mut v, 0.5))
+                },
+            )
+            .max_work(1 << 20),
+        );
+    }
+}
+
+/// The throughput and loaded sections: 4 × cores threads at once.
+fn loaded_sections<'a>(
+    plan: &mut Plan<'a>,
+    threads: usize,
+    per_thread: u64,
+    tpn: f64,
+    t: &'a Tracing,
+) {
+    plan.section(
+        LabSection::new("throughput", format!("{threads} threads recording at once"))
+            .baseline("throughput-tracing")
+            .metric(Metric::rate("rate", "records per second, all threads").higher_is_better()),
+    );
+    for who in LOGGERS {
+        plan.variant(
+            Variant::fixed(
+                "throughput",
+                format!("throughput-{}", who.id()),
+                who.label(),
+                move || throughput(who, threads, per_thread, t),
+            )
+            .threads(threads),
+        );
+    }
+    plan.section(percentile_metrics(
+        LabSection::new(
+            "loaded",
+            format!("Keep one record, {threads} threads at once"),
+        )
+        .baseline("loaded-tracing"),
+    ));
+    let batches_per_thread = (per_thread / BATCH).max(1);
+    for who in LOGGERS {
+        plan.variant(
+            Variant::fixed(
+                "loaded",
+                format!("loaded-{}", who.id()),
+                who.label(),
+                move || loaded(who, threads, batches_per_thread, tpn, t),
+            )
+            .threads(threads),
+        );
+    }
+}
+
+/// The recall section and its guarantee, when this process is the spindle binary.
+fn recall_section(plan: &mut Plan<'_>) {
+    let Some(exe) = recall_exe() else {
+        plan.note("The recall section is left out: this process is not the spindle binary (run the lab with `spindle lab`).");
+        return;
+    };
+    let base = std::env::temp_dir();
+    plan.section(
+        LabSection::new(
+            "recall",
+            "Records left behind after a SIGKILL at a random moment",
+        )
+        .baseline("recall-all")
+        .metric(
+            Metric::ratio(
+                "recall",
+                format!("% of the last {RECALL_LAST} completed records found"),
+            )
+            .higher_is_better(),
+        ),
+    );
+    plan.variant(Variant::fixed(
+        "recall",
+        "recall-all",
+        "every record (100 %)",
+        || Sample::new().with("recall", 100.0),
+    ));
+    for (k, (peer, label)) in RECALLERS.iter().enumerate() {
+        let (exe, base) = (exe.clone(), base.clone());
+        let mut seed = 0x2545_F491_4F6C_DD1D_u64 ^ (k as u64 + 1) << 32;
+        plan.variant(Variant::fixed(
+            "recall",
+            format!("recall-{peer}"),
+            *label,
+            move || {
+                recall_trial(&exe, peer, &base, &mut seed)
+                    .unwrap_or_else(|e| panic!("recall, {peer}: {e}"))
+            },
+        ));
+    }
+    plan.claim(
+        Claim::guarantee(
+            "recorder-recall",
+            format!("After a SIGKILL, the recording holds at least 97 % of the last {RECALL_LAST} completed records (the crate's tests check every record, exactly)"),
+        )
+        .ratio("recall-spindle", "recall-all")
+        .metric("recall")
+        .at_least(0.97),
+    );
+    plan.param(
+        "recall",
+        format!("a child process records numbered records until SIGKILL (1–10 ms after its first {RECALL_LAST}); each trial counts which of the last {RECALL_LAST} completed records the logger's file holds"),
+    );
+}
+
+fn claims(plan: &mut Plan<'_>, threads: usize) {
+    for (id, statement, ours, bound, metric) in [
+        (
+            "recorder-p50",
+            "A kept record costs at most 6 ns (median, one thread)",
+            "record-spindle",
+            "record-bound",
+            "p50",
+        ),
+        (
+            "recorder-p999",
+            "A kept record costs at most 25 ns at p99.9 (one thread)",
+            "record-spindle",
+            "record-bound",
+            "p999",
+        ),
+        (
+            "recorder-disabled",
+            "A record below its section's level costs at most 1 ns",
+            "disabled-spindle-off",
+            "disabled-bound",
+            "p50",
+        ),
+    ] {
+        plan.claim(
+            Claim::guarantee(id, statement)
+                .ratio(ours, bound)
+                .metric(metric)
+                .at_most(1.0),
+        );
+    }
+    for (peer, id) in PEERS {
+        plan.claim(
+            Claim::guarantee(
+                id,
+                format!("{threads} threads (4 × cores) record at least 5 × as many records per second as with {}", peer.label()),
+            )
+            .ratio("throughput-spindle", format!("throughput-{}", peer.id()))
+            .metric("rate")
+            .at_least(5.0),
+        );
     }
 }
 
@@ -845,16 +844,10 @@ mod tests {
     fn every_contestant_records() {
         installed().unwrap();
         let t = Tracing::new();
-        for who in [
-            Who::Spindle,
-            Who::SpindleOff,
-            Who::Floor,
-            Who::Tracing,
-            Who::TracingOff,
-            Who::TracingLayer,
-            Who::Ftlog,
-            Who::LogAdapter,
-        ] {
+        for who in [Who::SpindleOff, Who::Floor, Who::TracingOff]
+            .into_iter()
+            .chain(LOGGERS)
+        {
             let v = batches(who, 4, BATCH, 1.0, &t);
             assert_eq!(v.len(), 4);
             assert!(
@@ -862,13 +855,7 @@ mod tests {
                 "{who:?}: {v:?}"
             );
         }
-        for who in [
-            Who::Spindle,
-            Who::Tracing,
-            Who::TracingLayer,
-            Who::Ftlog,
-            Who::LogAdapter,
-        ] {
+        for who in LOGGERS {
             let r = throughput(who, 3, 100, &t).value("rate").unwrap();
             let p = loaded(who, 3, 10, 1.0, &t).value("p99").unwrap();
             assert!(p.is_finite() && p >= 0.0, "{who:?}: {p}");
