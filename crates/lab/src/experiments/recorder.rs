@@ -1,11 +1,13 @@
 //! `recorder`: Spindle's flight recorder (`spindle-recorder`) against how Rust programs log
-//! today: `tracing` with `tracing-appender`'s non-blocking writer, and ftlog as a `log` back end
-//! (seed 002: Arakoon's crash logger, which made recording free when all goes well by
-//! formatting only when the crash log is written; NanoLog-style loggers record in about 8 ns).
-//! Spindle's own adapters take part too: `tracing::info!` into its `RecorderLayer`, and a `log`
-//! record into its `RecorderLog` (what a program pays for a flight recorder added by one line).
-//! The `log` back ends are called through `log::Log` with the same record (a process has one
-//! global logger).
+//! today: `tracing` with `tracing-appender`'s non-blocking writer; ftlog and fast_log as `log`
+//! back ends; slog with slog-async; spdlog-rs with its `AsyncPoolSink` (seed 002: Arakoon's
+//! crash logger, which made recording free when all goes well by formatting only when the
+//! crash log is written; NanoLog-style loggers record in about 8 ns). Every peer hands each
+//! record to a thread of its own through a queue and blocks when the queue is full. Spindle's
+//! own adapters take part too: `tracing::info!` into its `RecorderLayer`, and a `log` record
+//! into its `RecorderLog` (what a program pays for a flight recorder added by one line). The
+//! `log` back ends are called through `log::Log` with the same record (a process has one
+//! global logger; fast_log, which logs only through it, is installed as this process's).
 //!
 //! - **record**: one thread records `"request {} took {} ns"` with two integers, over and
 //!   over. Records are timed in batches of 8 (`BATCH`) with the TSC (a timer per record would
@@ -18,14 +20,14 @@
 //! - **loaded**: the record section's timing with 4 × cores threads recording at once (each
 //!   thread its own batches; percentiles over all of them).
 //! - **throughput**: 4 × cores threads record as fast as they can; records per second, all
-//!   threads together. `tracing`'s writer and ftlog's queue block when full, so every record
-//!   they count reached the writer (here `io::sink`).
+//!   threads together. Every peer's queue blocks when full, so every record it counts reached
+//!   its writer (here `io::sink`).
 //! - **recall**: a child process (this binary, `spindle recorder child`) records numbered
 //!   records as fast as it can with one logger and publishes after each how many it completed
 //!   (a word in a shared mapping); the lab kills it with `SIGKILL` at a random moment and counts
 //!   which of the last [`RECALL_LAST`] completed records the logger left behind: Spindle's
-//!   recording file, or the log file `tracing` (non-blocking writer, or a plain `File` written
-//!   on every event) or ftlog wrote. The crate's tests check Spindle's recall exactly, for
+//!   recording file, or the log file each peer wrote (`tracing` twice: its non-blocking
+//!   writer, and a plain `File` written on every event). The crate's tests check Spindle's recall exactly, for
 //!   `SIGKILL`, panics and every fatal signal; here it stands beside its peers'.
 
 use std::hint::black_box;
@@ -80,6 +82,14 @@ enum Who {
     Ftlog,
     /// A `log` record into Spindle's `RecorderLog`.
     LogAdapter,
+    /// slog's `info!` into slog-async (message formatted on the caller, slog-term's full
+    /// format written on its thread).
+    Slog,
+    /// A `log` record into fast_log (formats the message on the caller, the line on its
+    /// thread).
+    FastLog,
+    /// spdlog-rs's `info!` into its `AsyncPoolSink` (formats on its thread pool).
+    Spdlog,
 }
 
 impl Who {
@@ -93,6 +103,9 @@ impl Who {
             Who::TracingLayer => "tracing-layer",
             Who::Ftlog => "ftlog",
             Who::LogAdapter => "log-adapter",
+            Who::Slog => "slog",
+            Who::FastLog => "fast-log",
+            Who::Spdlog => "spdlog",
         }
     }
 
@@ -106,45 +119,85 @@ impl Who {
             Who::TracingLayer => "tracing::info! into Spindle's RecorderLayer",
             Who::Ftlog => "a log record into ftlog (bounded queue, blocking)",
             Who::LogAdapter => "a log record into Spindle's RecorderLog",
+            Who::Slog => "slog::info! into slog-async (slog-term, blocking when full)",
+            Who::FastLog => "a log record into fast_log (bounded channel, blocking)",
+            Who::Spdlog => "spdlog::info! into its AsyncPoolSink (blocking when full)",
         }
     }
 }
 
 /// The loggers in the record, loaded and throughput sections (the floor joins the first).
-const LOGGERS: [Who; 5] = [
+const LOGGERS: [Who; 8] = [
     Who::Spindle,
     Who::Tracing,
     Who::TracingLayer,
     Who::Ftlog,
     Who::LogAdapter,
+    Who::Slog,
+    Who::FastLog,
+    Who::Spdlog,
 ];
 
 /// The peers Spindle's throughput guarantee is decided against, one claim each (so against
 /// the best of them), with the claim's id.
-const PEERS: [(Who, &str); 2] = [
+const PEERS: [(Who, &str); 5] = [
     (Who::Tracing, "recorder-throughput"),
     (Who::Ftlog, "recorder-throughput-ftlog"),
+    (Who::Slog, "recorder-throughput-slog"),
+    (Who::FastLog, "recorder-throughput-fast-log"),
+    (Who::Spdlog, "recorder-throughput-spdlog"),
 ];
 
-/// A `tracing` dispatcher that formats each event (the fmt layer) and hands the line to
-/// `tracing-appender`'s worker thread, which writes it to `io::sink`; blocking, not dropping,
-/// when its queue is full. The guard keeps the worker alive.
-struct Tracing {
+/// Every peer, each writing to `io::sink` on its own thread and blocking, not dropping, when
+/// its queue (65 536 records) is full. `tracing`: dispatchers whose fmt layer formats each
+/// event and hands the line to `tracing-appender`'s worker (the guard keeps it alive).
+struct Peers {
     on: tracing::Dispatch,
     off: tracing::Dispatch,
     layer: tracing::Dispatch,
     /// `log` back ends, called through `log::Log` directly (a process has one global logger;
-    /// the lab measures two).
+    /// the lab measures three). fast_log has no logger but the global one: see [`fast_log`].
     ftlog: ftlog::Logger,
     log_adapter: spindle_recorder::log_adapter::RecorderLog,
+    fast_log: &'static fast_log::Logger,
+    slog: slog::Logger,
+    spdlog: spdlog::Logger,
     _guard: tracing_appender::non_blocking::WorkerGuard,
 }
 
-impl Tracing {
-    fn new() -> Tracing {
+/// The queue every peer gets, in records.
+const PEER_QUEUE: usize = 1 << 16;
+
+/// fast_log's logger, started once: fast_log only logs through the process's global `log`
+/// logger, which it installs (so this process's `log` records go to `io::sink` afterwards).
+fn fast_log() -> Result<&'static fast_log::Logger, String> {
+    static LOGGER: OnceLock<Result<&'static fast_log::Logger, String>> = OnceLock::new();
+    LOGGER
+        .get_or_init(|| {
+            struct Sink;
+            impl fast_log::appender::LogAppender for Sink {
+                fn do_logs(&mut self, records: &[fast_log::appender::FastLogRecord]) {
+                    use std::io::Write as _;
+                    for r in records {
+                        let _ = std::io::sink().write_all(r.formated.as_bytes());
+                    }
+                }
+            }
+            fast_log::init(
+                fast_log::Config::new()
+                    .custom(Sink)
+                    .chan_len(Some(PEER_QUEUE)),
+            )
+            .map_err(|e| format!("fast_log: {e}"))
+        })
+        .clone()
+}
+
+impl Peers {
+    fn new() -> Result<Peers, String> {
         let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
             .lossy(false)
-            .buffered_lines_limit(1 << 16)
+            .buffered_lines_limit(PEER_QUEUE)
             .finish(std::io::sink());
         let on = tracing::Dispatch::new(
             tracing_subscriber::fmt()
@@ -169,18 +222,59 @@ impl Tracing {
         static LOG: Section = Section::new("log", Level::Info);
         let ftlog = ftlog::builder()
             .root(std::io::sink())
-            .bounded(1 << 16, true)
+            .bounded(PEER_QUEUE, true)
             .build()
-            .expect("ftlog's logger");
-        Tracing {
+            .map_err(|e| format!("ftlog: {e}"))?;
+        Ok(Peers {
             on,
             off,
             layer,
             ftlog,
             log_adapter: spindle_recorder::log_adapter::RecorderLog::new(&LOG),
+            fast_log: fast_log()?,
+            slog: slog_logger(std::io::sink()),
+            spdlog: spdlog_logger(std::sync::Arc::new(
+                spdlog::sink::WriteSink::builder()
+                    .target(std::io::sink())
+                    .build()
+                    .map_err(|e| format!("spdlog: {e}"))?,
+            ))?,
             _guard: guard,
-        }
+        })
     }
+}
+
+/// slog with slog-term's full format (no colour) behind slog-async, blocking when full.
+fn slog_logger(w: impl std::io::Write + Send + 'static) -> slog::Logger {
+    use slog::Drain as _;
+    let format = slog_term::FullFormat::new(slog_term::PlainDecorator::new(w))
+        .build()
+        .fuse();
+    let drain = slog_async::Async::new(format)
+        .chan_size(PEER_QUEUE)
+        .overflow_strategy(slog_async::OverflowStrategy::Block)
+        .build()
+        .fuse();
+    slog::Logger::root(drain, slog::o!())
+}
+
+/// spdlog-rs with `sink` behind an `AsyncPoolSink` (one thread), blocking when full.
+fn spdlog_logger(sink: std::sync::Arc<dyn spdlog::sink::Sink>) -> Result<spdlog::Logger, String> {
+    let err = |e: spdlog::Error| format!("spdlog: {e}");
+    let pool = spdlog::ThreadPool::builder()
+        .capacity(PEER_QUEUE)
+        .build()
+        .map_err(err)?;
+    let sink = spdlog::sink::AsyncPoolSink::builder()
+        .sink(sink)
+        .thread_pool(std::sync::Arc::new(pool))
+        .overflow_policy(spdlog::sink::OverflowPolicy::Block)
+        .build()
+        .map_err(err)?;
+    spdlog::Logger::builder()
+        .sink(std::sync::Arc::new(sink))
+        .build()
+        .map_err(err)
 }
 
 // --- crash recall -----------------------------------------------------------------------------
@@ -189,11 +283,14 @@ impl Tracing {
 pub const RECALL_LAST: u64 = 1000;
 
 /// Loggers in the recall section: id (also the child's `--peer`), label.
-const RECALLERS: [(&str, &str); 4] = [
+const RECALLERS: [(&str, &str); 7] = [
     ("spindle", "Spindle recorder (its file)"),
     ("tracing-nb", "tracing, non-blocking writer to a file"),
     ("tracing-file", "tracing, a File written on every event"),
     ("ftlog", "log + ftlog to a file"),
+    ("slog", "slog + slog-async, slog-term to a file"),
+    ("fast-log", "log + fast_log to a file"),
+    ("spdlog", "spdlog-rs, AsyncPoolSink to its FileSink"),
 ];
 
 /// The child's side (`spindle recorder child --peer P --dir D`): records `record {i}` for
@@ -259,8 +356,33 @@ pub fn recall_child(peer: &str, dir: &Path) -> Result<(), String> {
                 .map_err(|e| format!("ftlog: {e}"))?;
             run(&mut |i| log::info!("record {}", i))
         }
+        "slog" => {
+            let file = std::fs::File::create(dir.join("log")).map_err(err)?;
+            let logger = slog_logger(file);
+            run(&mut |i| slog::info!(logger, "record {}", i))
+        }
+        "fast-log" => {
+            let path = dir.join("log");
+            let path = path.to_str().ok_or("the directory's name is not UTF-8")?;
+            fast_log::init(
+                fast_log::Config::new()
+                    .file(path)
+                    .chan_len(Some(PEER_QUEUE)),
+            )
+            .map_err(|e| format!("fast_log: {e}"))?;
+            run(&mut |i| log::info!("record {}", i))
+        }
+        "spdlog" => {
+            let sink = spdlog::sink::FileSink::builder()
+                .path(dir.join("log"))
+                .build()
+                .map_err(|e| format!("spdlog: {e}"))?;
+            let logger = spdlog_logger(std::sync::Arc::new(sink))?;
+            run(&mut |i| spdlog::info!(logger: &logger, "record {}", i))
+        }
         other => Err(format!(
-            "unknown peer {other:?} (spindle, tracing-nb, tracing-file, ftlog)"
+            "unknown peer {other:?} ({})",
+            RECALLERS.map(|(id, _)| id).join(", ")
         )),
     }
 }
@@ -384,13 +506,13 @@ struct FloorRing {
 
 /// One record by `who`, argument `i`.
 #[inline(always)]
-fn one(who: Who, i: u64, floor: &mut FloorRing, peers: &Tracing) {
+fn one(who: Who, i: u64, floor: &mut FloorRing, peers: &Peers) {
     match who {
-        Who::Ftlog | Who::LogAdapter => {
-            let logger: &dyn log::Log = if who == Who::Ftlog {
-                &peers.ftlog
-            } else {
-                &peers.log_adapter
+        Who::Ftlog | Who::LogAdapter | Who::FastLog => {
+            let logger: &dyn log::Log = match who {
+                Who::Ftlog => &peers.ftlog,
+                Who::FastLog => peers.fast_log,
+                _ => &peers.log_adapter,
             };
             logger.log(
                 &log::Record::builder()
@@ -402,6 +524,10 @@ fn one(who: Who, i: u64, floor: &mut FloorRing, peers: &Tracing) {
                     .line(Some(line!()))
                     .build(),
             );
+        }
+        Who::Slog => slog::info!(peers.slog, "request {} took {} ns", i, 1234u64),
+        Who::Spdlog => {
+            spdlog::info!(logger: &peers.spdlog, "request {} took {} ns", i, 1234u64)
         }
         Who::Spindle => record!(LAB, Info, "request {} took {} ns", i, 1234u64),
         Who::SpindleOff => record!(QUIET, Info, "request {} took {} ns", i, 1234u64),
@@ -418,7 +544,7 @@ fn one(who: Who, i: u64, floor: &mut FloorRing, peers: &Tracing) {
 
 /// `n` batches of `batch` records by `who` on this thread: per-record ns of each batch, less
 /// the timer's own cost (the median of `n` empty batches timed the same way, this run).
-fn batches(who: Who, n: u64, batch: u64, ticks_per_ns: f64, tracing: &Tracing) -> Vec<f64> {
+fn batches(who: Who, n: u64, batch: u64, ticks_per_ns: f64, peers: &Peers) -> Vec<f64> {
     let mut empty: Vec<f64> = (0..n.clamp(16, 4096))
         .map(|_| {
             let t0 = rdtsc();
@@ -464,9 +590,9 @@ fn batches(who: Who, n: u64, batch: u64, ticks_per_ns: f64, tracing: &Tracing) -
         })),
         Who::Tracing | Who::TracingOff | Who::TracingLayer => {
             let d = match who {
-                Who::Tracing => &tracing.on,
-                Who::TracingOff => &tracing.off,
-                _ => &tracing.layer,
+                Who::Tracing => &peers.on,
+                Who::TracingOff => &peers.off,
+                _ => &peers.layer,
             };
             tracing::dispatcher::with_default(d, || {
                 timed(
@@ -474,12 +600,12 @@ fn batches(who: Who, n: u64, batch: u64, ticks_per_ns: f64, tracing: &Tracing) -
                 )
             })
         }
-        Who::Ftlog | Who::LogAdapter => {
+        Who::Ftlog | Who::LogAdapter | Who::Slog | Who::FastLog | Who::Spdlog => {
             let mut scratch = FloorRing {
                 slots: Vec::new(),
                 head: 0,
             };
-            timed(each!(i => one(who, i, &mut scratch, tracing)))
+            timed(each!(i => one(who, i, &mut scratch, peers)))
         }
     };
     black_box(&floor.slots);
@@ -496,7 +622,7 @@ fn percentiles(mut v: Vec<f64>) -> Sample {
 /// `threads` threads record `n` records each, started together: records per second, over the
 /// span from the first thread's first record to the last thread's last (each thread reads the
 /// clock itself: the thread that started them may be descheduled meanwhile).
-fn throughput(who: Who, threads: usize, n: u64, tracing: &Tracing) -> Sample {
+fn throughput(who: Who, threads: usize, n: u64, peers: &Peers) -> Sample {
     let start = Barrier::new(threads + 1);
     let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
@@ -511,15 +637,13 @@ fn throughput(who: Who, threads: usize, n: u64, tracing: &Tracing) -> Sample {
                         start.wait();
                         let t0 = Instant::now();
                         for i in 0..n {
-                            one(who, black_box(i), &mut floor, tracing);
+                            one(who, black_box(i), &mut floor, peers);
                         }
                         (t0, Instant::now())
                     };
                     match who {
-                        Who::Tracing => tracing::dispatcher::with_default(&tracing.on, work),
-                        Who::TracingLayer => {
-                            tracing::dispatcher::with_default(&tracing.layer, work)
-                        }
+                        Who::Tracing => tracing::dispatcher::with_default(&peers.on, work),
+                        Who::TracingLayer => tracing::dispatcher::with_default(&peers.layer, work),
                         _ => work(),
                     }
                 })
@@ -539,7 +663,7 @@ fn throughput(who: Who, threads: usize, n: u64, tracing: &Tracing) -> Sample {
 
 /// `threads` threads time `n` batches of [`BATCH`] records each, started together: the
 /// per-record latency of every batch of every thread.
-fn loaded(who: Who, threads: usize, n: u64, ticks_per_ns: f64, tracing: &Tracing) -> Sample {
+fn loaded(who: Who, threads: usize, n: u64, ticks_per_ns: f64, peers: &Peers) -> Sample {
     let start = Barrier::new(threads);
     let all: Vec<f64> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
@@ -547,7 +671,7 @@ fn loaded(who: Who, threads: usize, n: u64, ticks_per_ns: f64, tracing: &Tracing
                 let start = &start;
                 s.spawn(move || {
                     start.wait();
-                    batches(who, n, BATCH, ticks_per_ns, tracing)
+                    batches(who, n, BATCH, ticks_per_ns, peers)
                 })
             })
             .collect();
@@ -584,7 +708,7 @@ impl Experiment for Recorder {
         Info {
             name: "recorder",
             title: "Flight recorder: the cost of a record, kept or not, and throughput under load",
-            summary: "spindle-recorder's record! vs tracing + tracing-appender (non-blocking): per-record p50/p99/p99.9, a record below its level, records/s at 4 × cores threads, records left after a SIGKILL",
+            summary: "spindle-recorder's record! vs tracing (non-blocking writer), ftlog, fast_log, slog-async and spdlog-rs: per-record p50/p99/p99.9, a record below its level, records/s at 4 × cores threads, records left after a SIGKILL",
             question: "What does keeping a record cost when nothing is formatted until a dump, against \
                        a logger that formats on the calling thread and writes on another; what does a \
                        record below its level cost; how many records per second do 4 × cores threads \
@@ -603,8 +727,8 @@ impl Experiment for Recorder {
             crate::results::Profile::Full => 100_000,
             _ => 10_000,
         };
-        ctx.status("starting tracing's writer");
-        let tracing = Tracing::new();
+        ctx.status("starting the peers' writer threads");
+        let peers = Peers::new()?;
         let mut plan = Plan::new();
         plan.param(
             "record",
@@ -615,15 +739,15 @@ impl Experiment for Recorder {
             format!("batches of {BATCH} records ({BATCH_OFF} below the level) timed with the TSC, less the timer's own cost (median of empty batches, same run); percentiles over the batches of a run"),
         );
         plan.param(
-            "tracing",
-            "tracing-subscriber's fmt layer (no ANSI) writing through tracing-appender's non-blocking writer (lossy(false), 65 536 lines) to io::sink",
+            "peers",
+            "each writes to io::sink on its own thread through a queue of 65 536 records and blocks when it is full: tracing-subscriber's fmt layer (no ANSI) through tracing-appender's non-blocking writer (lossy(false)); ftlog (bounded); slog-term's full format behind slog-async (OverflowStrategy::Block); fast_log (chan_len); spdlog-rs's AsyncPoolSink (OverflowPolicy::Block, one thread)",
         );
         plan.param(
             "throughput",
             format!("{threads} threads (4 × cores), {per_thread} records each"),
         );
-        one_thread_sections(&mut plan, tpn, &tracing);
-        loaded_sections(&mut plan, threads, per_thread, tpn, &tracing);
+        one_thread_sections(&mut plan, tpn, &peers);
+        loaded_sections(&mut plan, threads, per_thread, tpn, &peers);
         recall_section(&mut plan);
         claims(&mut plan, threads);
         plan.finish(reach);
@@ -639,7 +763,7 @@ fn percentile_metrics(s: LabSection) -> LabSection {
 }
 
 /// The record and disabled sections: one thread.
-fn one_thread_sections<'a>(plan: &mut Plan<'a>, tpn: f64, t: &'a Tracing) {
+fn one_thread_sections<'a>(plan: &mut Plan<'a>, tpn: f64, t: &'a Peers) {
     plan.section(percentile_metrics(
         LabSection::new("record", "Keep one record (one thread)").baseline("record-bound"),
     ));
@@ -698,7 +822,7 @@ fn loaded_sections<'a>(
     threads: usize,
     per_thread: u64,
     tpn: f64,
-    t: &'a Tracing,
+    t: &'a Peers,
 ) {
     plan.section(
         LabSection::new("throughput", format!("{threads} threads recording at once"))
@@ -843,7 +967,7 @@ mod tests {
     #[test]
     fn every_contestant_records() {
         installed().unwrap();
-        let t = Tracing::new();
+        let t = Peers::new().unwrap();
         for who in [Who::SpindleOff, Who::Floor, Who::TracingOff]
             .into_iter()
             .chain(LOGGERS)
