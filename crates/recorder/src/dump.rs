@@ -443,7 +443,7 @@ mod tests {
             a.encode(&mut e);
         }
         let mut l = Line::new();
-        message(&mut l, f.as_bytes(), &e.buf, e.len, e.truncated);
+        message(&mut l, f.as_bytes(), &e.bytes(), e.len, e.truncated);
         String::from_utf8(l.bytes().to_vec()).unwrap()
     }
 

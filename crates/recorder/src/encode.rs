@@ -156,9 +156,15 @@ impl Site {
     }
 }
 
-/// A record's arguments, encoded on the caller's stack before the record is written.
+/// A record's arguments, encoded before the record is written.
+///
+/// The payload is kept as the slot's five words (byte `i` of the payload is byte `i % 8` of
+/// word `i / 8`, little-endian), not as bytes: where the arguments' sizes are known at compile
+/// time — every [`record!`](crate::record) of numbers — the words are built in registers. A
+/// byte buffer of unaligned tagged values read back as words would make every record wait
+/// for its stores to reach the cache (a load that spans two stores cannot be forwarded).
 pub struct Encoder {
-    pub(crate) buf: [u8; PAYLOAD],
+    pub(crate) words: [u64; PAYLOAD / 8],
     pub(crate) len: usize,
     pub(crate) truncated: bool,
 }
@@ -174,7 +180,7 @@ impl Encoder {
     #[inline(always)]
     pub const fn new() -> Encoder {
         Encoder {
-            buf: [0; PAYLOAD],
+            words: [0; PAYLOAD / 8],
             len: 0,
             truncated: false,
         }
@@ -188,8 +194,24 @@ impl Encoder {
             self.truncated = true;
             return;
         }
-        self.buf[self.len] = tag;
-        self.buf[self.len + 1..self.len + n].copy_from_slice(bytes);
+        if bytes.len() <= 8 {
+            // Tag and value as one little-endian number of at most 9 bytes, ORed into the
+            // (zeroed) words it spans: at most two.
+            let mut v = [0u8; 8];
+            v[..bytes.len()].copy_from_slice(bytes);
+            let x =
+                (u128::from(tag) | u128::from(u64::from_le_bytes(v)) << 8) << (self.len % 8 * 8);
+            let w = self.len / 8;
+            self.words[w] |= x as u64;
+            if w + 1 < self.words.len() {
+                self.words[w + 1] |= (x >> 64) as u64;
+            }
+        } else {
+            let mut b = self.bytes();
+            b[self.len] = tag;
+            b[self.len + 1..self.len + n].copy_from_slice(bytes);
+            self.set_bytes(b);
+        }
         self.len += n;
     }
 
@@ -208,20 +230,33 @@ impl Encoder {
         if k < s.len() {
             self.truncated = true;
         }
-        self.buf[self.len] = TAG_STR;
-        self.buf[self.len + 1] = k as u8;
-        self.buf[self.len + 2..self.len + 2 + k].copy_from_slice(&s.as_bytes()[..k]);
+        let mut b = self.bytes();
+        b[self.len] = TAG_STR;
+        b[self.len + 1] = k as u8;
+        b[self.len + 2..self.len + 2 + k].copy_from_slice(&s.as_bytes()[..k]);
+        self.set_bytes(b);
         self.len += 2 + k;
+    }
+
+    /// The payload as bytes.
+    pub(crate) fn bytes(&self) -> [u8; PAYLOAD] {
+        let mut b = [0u8; PAYLOAD];
+        for (k, w) in self.words.iter().enumerate() {
+            b[8 * k..8 * k + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        b
+    }
+
+    fn set_bytes(&mut self, b: [u8; PAYLOAD]) {
+        for (k, w) in self.words.iter_mut().enumerate() {
+            *w = u64::from_le_bytes(b[8 * k..8 * k + 8].try_into().unwrap());
+        }
     }
 
     /// The payload as the slot's five words.
     #[inline(always)]
     pub(crate) fn words(&self) -> [u64; 5] {
-        let mut w = [0u64; 5];
-        for (k, x) in w.iter_mut().enumerate() {
-            *x = u64::from_le_bytes(self.buf[8 * k..8 * k + 8].try_into().unwrap());
-        }
-        w
+        self.words
     }
 }
 
@@ -339,4 +374,83 @@ pub(crate) fn decode<'a>(payload: &'a [u8], len: usize, mut each: impl FnMut(Arg
         each(arg);
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The payload format written byte by byte, as the module header describes it.
+    struct Reference {
+        buf: [u8; PAYLOAD],
+        len: usize,
+        truncated: bool,
+    }
+
+    impl Reference {
+        fn put(&mut self, tag: u8, bytes: &[u8]) {
+            if self.len + 1 + bytes.len() > PAYLOAD {
+                self.truncated = true;
+                return;
+            }
+            self.buf[self.len] = tag;
+            self.buf[self.len + 1..self.len + 1 + bytes.len()].copy_from_slice(bytes);
+            self.len += 1 + bytes.len();
+        }
+    }
+
+    #[test]
+    fn words_hold_the_bytes_of_the_documented_format() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15_u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..20_000 {
+            let mut e = Encoder::new();
+            let mut r = Reference {
+                buf: [0; PAYLOAD],
+                len: 0,
+                truncated: false,
+            };
+            for _ in 0..next() % 9 {
+                let x = next();
+                match x % 6 {
+                    0 => {
+                        x.encode(&mut e);
+                        r.put(TAG_U64, &x.to_le_bytes());
+                    }
+                    1 => {
+                        (x as i32).encode(&mut e);
+                        r.put(TAG_I64, &i64::from(x as i32).to_le_bytes());
+                    }
+                    2 => {
+                        (x & 1 == 1).encode(&mut e);
+                        r.put(TAG_BOOL, &[(x & 1) as u8]);
+                    }
+                    3 => {
+                        let c = char::from_u32((x % 0xD000) as u32).unwrap();
+                        c.encode(&mut e);
+                        r.put(TAG_CHAR, &u32::from(c).to_le_bytes());
+                    }
+                    4 => {
+                        f64::from_bits(x).encode(&mut e);
+                        r.put(TAG_F64, &x.to_le_bytes());
+                    }
+                    _ => {
+                        // A string that fits: its length byte first.
+                        let s = &"abcdefghijklmnop"[..(x % 12) as usize];
+                        if r.len + 2 + s.len() <= PAYLOAD {
+                            s.encode(&mut e);
+                            r.put(TAG_STR, &[&[s.len() as u8], s.as_bytes()].concat());
+                        }
+                    }
+                }
+            }
+            assert_eq!(e.bytes(), r.buf);
+            assert_eq!((e.len, e.truncated), (r.len, r.truncated));
+        }
+    }
 }
