@@ -1,0 +1,153 @@
+//! Where segments live: a directory of files ([`Dir`], the real one), or a model of a disk that
+//! fails the way disks fail ([`faulty::FaultyStorage`], for tests). The log does all its I/O
+//! through these two traits, so the fault-injection tests run the same code as production.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+
+pub mod faulty;
+
+/// A directory of segment files.
+pub trait Storage: Send + Sync {
+    /// The names of the files in it (not `.` or `..`), in any order.
+    fn list(&self) -> io::Result<Vec<String>>;
+    /// Creates file `name`, which must not exist.
+    fn create(&self, name: &str) -> io::Result<Box<dyn StorageFile>>;
+    /// Opens file `name` for reading and writing.
+    fn open(&self, name: &str) -> io::Result<Box<dyn StorageFile>>;
+    /// Removes file `name`.
+    fn remove(&self, name: &str) -> io::Result<()>;
+    /// Makes the directory's entries (created and removed files) durable.
+    fn sync_dir(&self) -> io::Result<()>;
+    /// Where it is, for messages.
+    fn describe(&self) -> String;
+}
+
+/// One file.
+pub trait StorageFile: Send + Sync {
+    /// Its length in bytes.
+    fn size(&self) -> io::Result<u64>;
+    /// Reads up to `buf.len()` bytes at `offset`; 0 at the end.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// Writes some of `buf` at `offset` (possibly fewer bytes than asked).
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize>;
+    /// Makes its data durable (`fdatasync`).
+    fn sync_data(&self) -> io::Result<()>;
+    /// Cuts it to `len` bytes.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+}
+
+impl dyn StorageFile {
+    /// Writes all of `buf` at `offset`, however many calls it takes.
+    pub(crate) fn write_all_at(&self, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.write_at(buf, offset) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    buf = &buf[n..];
+                    offset += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// The whole file.
+    pub(crate) fn read_all(&self) -> io::Result<Vec<u8>> {
+        let len = usize::try_from(self.size()?).map_err(|_| io::ErrorKind::OutOfMemory)?;
+        let mut buf = vec![0u8; len];
+        let mut at = 0;
+        while at < len {
+            match self.read_at(&mut buf[at..], at as u64) {
+                Ok(0) => break,
+                Ok(n) => at += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        buf.truncate(at);
+        Ok(buf)
+    }
+}
+
+/// A real directory.
+pub struct Dir {
+    path: PathBuf,
+}
+
+impl Dir {
+    /// The directory at `path`, created if it does not exist.
+    pub fn new(path: impl AsRef<Path>) -> io::Result<Dir> {
+        let path = path.as_ref().to_path_buf();
+        std::fs::create_dir_all(&path)?;
+        if !path.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not a directory", path.display()),
+            ));
+        }
+        Ok(Dir { path })
+    }
+}
+
+impl Storage for Dir {
+    fn list(&self) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for e in std::fs::read_dir(&self.path)? {
+            names.push(e?.file_name().to_string_lossy().into_owned());
+        }
+        Ok(names)
+    }
+
+    fn create(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(self.path.join(name))?;
+        Ok(Box::new(RealFile(f)))
+    }
+
+    fn open(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(self.path.join(name))?;
+        Ok(Box::new(RealFile(f)))
+    }
+
+    fn remove(&self, name: &str) -> io::Result<()> {
+        std::fs::remove_file(self.path.join(name))
+    }
+
+    fn sync_dir(&self) -> io::Result<()> {
+        File::open(&self.path)?.sync_all()
+    }
+
+    fn describe(&self) -> String {
+        self.path.display().to_string()
+    }
+}
+
+struct RealFile(File);
+
+impl StorageFile for RealFile {
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        std::os::unix::fs::FileExt::read_at(&self.0, buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        std::os::unix::fs::FileExt::write_at(&self.0, buf, offset)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+}
