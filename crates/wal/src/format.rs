@@ -9,9 +9,10 @@
 //! ```
 //!
 //! Everything is little-endian. LSNs number records 1, 2, 3, … with no gap, across segments:
-//! a segment's records are `first LSN`, `first LSN + 1`, … A scan stops at the first record
-//! whose frame runs past the end of the file, whose CRC is wrong, or whose LSN is not the next
-//! one: everything from there on is the torn tail of a write that never completed (a record is
+//! a segment's records are `first LSN`, `first LSN + 1`, … A segment file is allocated to its
+//! full size when it is created, so its records are followed by zeros: a frame of zeros is the
+//! end of the data. A scan stops there, or at the first record whose frame runs past the end of
+//! the file, whose CRC is wrong, or whose LSN is not the next one: everything from there on is the torn tail of a write that never completed (a record is
 //! acknowledged only after the bytes of every record up to it were synced, so the tail never
 //! holds one).
 
@@ -73,15 +74,21 @@ pub(crate) fn parse_header(bytes: &[u8], segment: u64) -> Result<u64, BadHeader>
     }
     let u32_at = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
     let u64_at = |i: usize| u64::from_le_bytes(h[i..i + 8].try_into().expect("8 bytes"));
+    // The CRC first: a header torn by a crash must not pass for a later version's.
     let version = u32_at(8);
-    if version > VERSION {
-        return Err(BadHeader::Newer(version));
-    }
     let mut zeroed = [0u8; HEADER];
     zeroed.copy_from_slice(h);
     zeroed[12..16].fill(0);
-    if crc::crc32c(&zeroed) != u32_at(12) || version == 0 {
-        return Err(BadHeader::Damaged("its header's CRC is wrong".into()));
+    if crc::crc32c(&zeroed) != u32_at(12) {
+        return Err(BadHeader::Damaged(
+            "its header's CRC is wrong (damaged, or written by a later format)".into(),
+        ));
+    }
+    if version > VERSION {
+        return Err(BadHeader::Newer(version));
+    }
+    if version == 0 {
+        return Err(BadHeader::Damaged("its header gives version 0".into()));
     }
     if u64_at(16) != segment {
         return Err(BadHeader::Damaged(format!(
@@ -90,10 +97,16 @@ pub(crate) fn parse_header(bytes: &[u8], segment: u64) -> Result<u64, BadHeader>
         )));
     }
     let first = u64_at(24);
-    if first == 0 {
-        return Err(BadHeader::Damaged("its first LSN is 0".into()));
+    if first == 0 || first > u64::MAX / 2 {
+        return Err(BadHeader::Damaged(format!("its first LSN is {first}")));
     }
     Ok(first)
+}
+
+/// Whether a segment file whose header is not valid is one whose creation never completed:
+/// nothing but zeros after where its header goes (its allocation), so it holds no record.
+pub(crate) fn unfinished(bytes: &[u8]) -> bool {
+    bytes.iter().skip(HEADER).all(|&b| b == 0)
 }
 
 /// Appends record `lsn` with `payload` to `out`.
@@ -126,7 +139,9 @@ pub(crate) enum Next {
 /// Reads the record at `at` of `bytes`, which must be `lsn`.
 pub(crate) fn next(bytes: &[u8], at: usize, lsn: u64) -> Next {
     let rest = &bytes[at.min(bytes.len())..];
-    if rest.is_empty() {
+    // The end of the data: the end of the file, or the zeros of the segment's allocation (a
+    // frame of zeros is never a record: LSNs start at 1).
+    if rest[..rest.len().min(FRAME)].iter().all(|&b| b == 0) {
         return Next::End;
     }
     if rest.len() < FRAME {
@@ -204,7 +219,16 @@ mod tests {
         assert!(matches!(next(&seg, HEADER, 101), Next::Bad(_)), "wrong LSN");
         let mut zeros = seg[..HEADER].to_vec();
         zeros.extend([0u8; 64]);
-        assert!(matches!(next(&zeros, HEADER, 100), Next::Bad(_)), "zeros");
+        assert_eq!(
+            next(&zeros, HEADER, 100),
+            Next::End,
+            "the zeros of the allocation"
+        );
+        zeros[HEADER + 5] = 1;
+        assert!(
+            matches!(next(&zeros, HEADER, 100), Next::Bad(_)),
+            "not only zeros"
+        );
     }
 
     #[test]

@@ -17,57 +17,66 @@
 //! # Group commit
 //!
 //! Appenders copy their framed record into a shared buffer under a lock held only for the copy,
-//! taking the next LSN. One committer thread takes the whole buffer (swapping in an empty one:
-//! the next batch fills while this one is written), writes it at the end of the active segment,
-//! calls `fdatasync` once, publishes the highest LSN it made durable, and wakes every waiter of
-//! the batch with one futex call. Writers that need durability block on an event count; nobody
-//! spins.
+//! taking the next LSN. A *committer* takes the whole buffer (swapping in an empty one: the next
+//! batch fills while this one is written), writes it at the end of the active segment, calls
+//! `fdatasync` once, publishes the highest LSN it made durable, and wakes every waiter with one
+//! futex call. The committer is whoever holds the *writer* (the active segment, behind a
+//! mutex): a writer waiting for its record takes it if nobody holds it — so one writer alone
+//! pays its own `fdatasync` and no hand-off to another thread — and a background thread takes
+//! it for records nobody waits for (a full batch, the durability window, closing). Writers that
+//! find it taken block on an event count; nobody spins.
 //!
-//! **Protocol.** Shared state: `pending` (buffer, next LSN; under the lock), `requested` (the
-//! highest LSN a writer waits for), `durable` (every LSN ≤ it is on stable storage), `failed`
-//! (an I/O error happened), and two event counts: `work` (committer sleeps on it) and `synced`
+//! **Protocol.** Shared state: `pending` (buffer, next LSN; under its lock), the writer (under
+//! its mutex), `durable` (every LSN ≤ it is on stable storage), `failed` (an I/O error
+//! happened), and two event counts: `work` (the background thread sleeps on it) and `synced`
 //! (waiters sleep on it).
 //!
 //! ```text
-//! append_durable(r):  lsn = append(r)                           // lock, frame, unlock
-//!                     requested.fetch_max(lsn); work.increment()
-//!                     loop { v = synced.value()
-//!                            if durable ≥ lsn: return Ok      if failed: return Err
-//!                            synced.wait(v) }
-//! committer:          loop { v = work.value()
-//!                            if pending has a record ≤ requested, or enough bytes, or is older
-//!                               than the window, or the log closes: take it (under the lock)
-//!                            else: work.wait(v, window deadline); continue
-//!                            write it; fdatasync        // on error: failed = true
-//!                            durable = last LSN taken; synced.increment() }
+//! wait_durable(lsn): loop { v = synced.value()
+//!                           if durable ≥ lsn: return Ok      if failed: return Err
+//!                           if writer.try_lock(): commit(); unlock; synced.increment()
+//!                           else: synced.wait(v) }
+//! commit():          take pending (under its lock); write it; fdatasync
+//!                    on error: failed = true, synced.increment(), stop
+//!                    durable = last LSN taken; rotate the segment if it is full
+//! background:        loop { v = work.value()
+//!                           if pending is full, older than the window, or the log closes:
+//!                               writer.lock(); commit(); unlock; synced.increment()
+//!                           else: work.wait(v, window deadline) }
+//! append(r):         lock pending; frame r; unlock
+//!                    work.increment() if the batch is now full, or (window mode) it was empty
 //! ```
 //!
-//! **No lost wake-up.** The committer reads `work`'s version *before* it looks at `pending` and
-//! `requested`; a writer changes them *before* it increments `work`. If the committer saw the
-//! old state, the increment comes after its read of the version, so its wait returns at once.
-//! Waiters do the same with `synced`: `durable` and `failed` are stored before the increment,
-//! and a waiter reads the version before it checks them (event counts order the increment
-//! after the stores with Release, the version read before the checks with Acquire).
+//! **No lost wake-up.** A waiter reads `synced`'s version *before* it checks `durable`,
+//! `failed` and the writer's mutex. If its `try_lock` fails, another thread holds the writer,
+//! and that thread increments `synced` only *after* it releases the writer — after the failed
+//! `try_lock`, so after the waiter's read of the version: the waiter's wait returns at once if
+//! it comes late, and the waiter tries again. (The failed `try_lock` is a `lock cmpxchg` and
+//! the increment a `lock xadd`, both full barriers on x86-64.) `durable` and `failed` are
+//! stored before the increment, with Release; the waiter loads them with Acquire after its
+//! version read. The background thread reads `work`'s version before it looks at `pending`, and
+//! an appender changes `pending` before it increments `work`, so the same argument holds.
 //!
-//! **Durability.** The committer publishes `durable = L` only after `fdatasync` returned
-//! success for a write that ended with record `L`, and the batches are written in LSN order
-//! with nothing after a failure: so every record ≤ `L` was synced. A record is acknowledged
-//! (`append_durable` returns `Ok`, or `flush` does) only when `durable` reaches it. Recovery
-//! (see [`mod@format`]) keeps every record up to the first torn or damaged one, which can only come
-//! after the last synced byte, so it keeps every acknowledged record.
+//! **Durability.** A committer publishes `durable = L` only after `fdatasync` returned success
+//! for a write that ended with record `L`; batches are written in LSN order, one committer at a
+//! time, and nothing is written after a failure: so every record ≤ `L` was synced. A record is
+//! acknowledged (`append_durable`, `wait_durable` or `flush` returns `Ok`) only when `durable`
+//! reaches it. Recovery (see [`mod@format`]) keeps every record of the last segment up to the
+//! first torn or damaged one, which can only come after the last synced byte, and writes again
+//! and syncs what it keeps; earlier segments were synced whole before the next one was begun.
 //!
-//! **Errors.** A failed write or sync marks the log failed: the committer stops, every waiter
-//! and every later call gets [`Error`] with the cause, and nothing is retried — after a failed
-//! `fsync` Linux may have dropped the dirty pages, and a second `fsync` would report success
-//! for data that is gone ("fsyncgate"). Reopening the log recovers from what is on the disk.
+//! **Errors.** A failed write or sync marks the log failed: every waiter and every later call
+//! gets [`Error`] with the cause, and nothing is retried — after a failed `fsync` Linux may have
+//! dropped the dirty pages, and a second `fsync` would report success for data that is gone
+//! ("fsyncgate"). Reopening the log recovers from what is on the disk.
 //!
 //! # Durability modes
 //!
 //! [`Durability::Always`] (the default, the seed's "always sync"): records reach the disk when
 //! some writer asks (`append_durable`, `flush`) or when `batch_bytes` are pending; every
-//! acknowledged record survives. [`Durability::Within`]`(w)`: in addition, the committer syncs
-//! whatever is pending at most `w` after it was appended, so a crash loses at most the records
-//! of the last `w` (plus the time of one write and sync) that nobody waited for.
+//! acknowledged record survives. [`Durability::Within`]`(w)`: in addition, the background
+//! thread syncs whatever is pending at most `w` after it was appended, so a crash loses at most
+//! the records of the last `w` (plus the time of one write and sync) that nobody waited for.
 
 // The README's examples are compiled as doctests.
 #[cfg(doctest)]
@@ -81,13 +90,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use spindle_sync::{Deadline, EventCount};
+use spindle_sync::EventCount;
 
+mod commit;
 pub mod crc;
 pub mod format;
+pub mod inspect;
+mod iter;
+mod recover;
 pub mod storage;
 
-use format::{Next, FRAME, HEADER};
+use format::{FRAME, HEADER};
+pub use iter::Iter;
 pub use storage::{Dir, Storage, StorageFile};
 
 /// A record's number: 1, 2, 3, … in append order, with no gap.
@@ -114,6 +128,11 @@ pub struct Options {
     /// The committer writes once this many bytes are pending, even if nobody waits. Default
     /// 4 MiB.
     pub batch_bytes: usize,
+    /// The background thread writes the next segment with zeros ahead of time, so that
+    /// records written into it change no file-system metadata (an `fdatasync` then writes the
+    /// data alone; into blocks only allocated, each sync also commits their conversion).
+    /// Default true; false allocates each segment with `fallocate` when it is begun.
+    pub prepare: bool,
 }
 
 impl Default for Options {
@@ -123,6 +142,7 @@ impl Default for Options {
             segment_bytes: 64 << 20,
             max_record: 16 << 20,
             batch_bytes: 4 << 20,
+            prepare: true,
         }
     }
 }
@@ -160,7 +180,7 @@ impl Error {
         }
     }
 
-    fn io(what: impl fmt::Display, e: io::Error) -> Error {
+    pub(crate) fn io(what: impl fmt::Display, e: io::Error) -> Error {
         Error {
             kind: ErrorKind::Io,
             message: format!("{what}: {e}"),
@@ -205,11 +225,12 @@ impl From<Error> for io::Error {
 pub struct Recovery {
     /// Segments found.
     pub segments: usize,
-    /// The LSN of the first record kept (0: none).
+    /// The log holds records `first_lsn ..= last_lsn` (none if `first_lsn > last_lsn`; the next
+    /// append gets `last_lsn + 1`).
     pub first_lsn: Lsn,
-    /// The LSN of the last record kept (0: none).
+    /// See `first_lsn`.
     pub last_lsn: Lsn,
-    /// Bytes cut from the end of the last segment: the torn tail of writes that never
+    /// Bytes cut from the end of the last segment's data: the torn tail of writes that never
     /// completed (never an acknowledged record).
     pub dropped_bytes: u64,
     /// Why the scan stopped there, if it cut anything.
@@ -219,7 +240,7 @@ pub struct Recovery {
 }
 
 #[derive(Clone, Copy, Debug)]
-struct Segment {
+pub(crate) struct Segment {
     number: u64,
     first_lsn: Lsn,
 }
@@ -238,7 +259,8 @@ struct Shared {
     storage: Box<dyn Storage>,
     options: Options,
     pending: Mutex<Pending>,
-    requested: AtomicU64,
+    /// The active segment; whoever holds it is the committer.
+    io: Mutex<commit::Writer>,
     durable: AtomicU64,
     failed: AtomicBool,
     failure: Mutex<Option<String>>,
@@ -246,6 +268,19 @@ struct Shared {
     work: EventCount,
     synced: EventCount,
     segments: Mutex<Vec<Segment>>,
+    /// Held by `truncate_before`.
+    truncating: Mutex<()>,
+    /// Threads in `wait_durable`.
+    in_wait: AtomicU64,
+    /// How many records the next commit waits for, and a moving average of a batch's write and
+    /// sync (ns): how long it waits at most (see `commit::gather`).
+    last_batch: AtomicU64,
+    sync_ns: AtomicU64,
+    /// Set while a committer gathers; appenders then signal `appended`.
+    gathering: AtomicBool,
+    appended: EventCount,
+    /// The next segment, written with zeros ahead of time by the background thread.
+    prepared: Mutex<Option<Box<dyn StorageFile>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -287,22 +322,26 @@ impl Wal {
 
     /// Opens the log on `storage` (a [`Dir`], or a faulty disk in tests).
     pub fn open_on(storage: Box<dyn Storage>, options: Options) -> Result<Wal, Error> {
-        if options.max_record > u32::MAX as usize - FRAME || options.segment_bytes < HEADER as u64 {
+        if options.max_record > u32::MAX as usize - FRAME
+            || options.segment_bytes < HEADER as u64
+            || options.batch_bytes == 0
+            || options.batch_bytes > usize::MAX / 4
+        {
             return Err(Error::new(
                 ErrorKind::InvalidInput,
-                "max_record must be below 4 GiB and segment_bytes at least 32",
+                "max_record must be below 4 GiB, segment_bytes at least 32, batch_bytes at least \
+                 1 and below usize::MAX / 4",
             ));
         }
-        let Recovered {
+        storage
+            .lock()
+            .map_err(|e| Error::io(format!("cannot take {}", storage.describe()), e))?;
+        let recover::Recovered {
             segments,
-            active,
-            offset,
+            writer,
             recovery,
-        } = recover(&*storage)?;
-        let next = recovery
-            .last_lsn
-            .max(segments.last().map_or(1, |s| s.first_lsn) - 1)
-            + 1;
+        } = recover::recover(&*storage, options.segment_bytes, options.prepare)?;
+        let next = recovery.last_lsn + 1;
         let shared = Arc::new(Shared {
             storage,
             options,
@@ -312,7 +351,7 @@ impl Wal {
                 first: next,
                 since: None,
             }),
-            requested: AtomicU64::new(0),
+            io: Mutex::new(writer),
             durable: AtomicU64::new(next - 1),
             failed: AtomicBool::new(false),
             failure: Mutex::new(None),
@@ -320,11 +359,18 @@ impl Wal {
             work: EventCount::new(),
             synced: EventCount::new(),
             segments: Mutex::new(segments),
+            truncating: Mutex::new(()),
+            in_wait: AtomicU64::new(0),
+            last_batch: AtomicU64::new(0),
+            sync_ns: AtomicU64::new(0),
+            gathering: AtomicBool::new(false),
+            appended: EventCount::new(),
+            prepared: Mutex::new(None),
         });
         let s = Arc::clone(&shared);
         let committer = std::thread::Builder::new()
             .name("spindle-wal".into())
-            .spawn(move || commit_loop(&s, active, offset))
+            .spawn(move || commit::background(&s))
             .map_err(|e| Error::io("cannot start the committer thread", e))?;
         Ok(Wal {
             shared,
@@ -378,6 +424,9 @@ impl Wal {
         if signal {
             s.work.increment();
         }
+        if s.gathering.load(SeqCst) {
+            s.appended.increment();
+        }
         if over {
             // Back-pressure: an appender that outruns the disk by two batches waits for its
             // record, so the buffer stays bounded. The record was appended whatever the wait
@@ -406,9 +455,16 @@ impl Wal {
                 format!("LSN {lsn} was not appended yet"),
             ));
         }
-        if s.requested.fetch_max(lsn, AcqRel) < lsn {
-            s.work.increment();
+        // Counted while here: a committer waits for this many records (see `commit::gather`).
+        struct Waiting<'a>(&'a AtomicU64);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Relaxed);
+            }
         }
+        s.in_wait.fetch_add(1, Relaxed);
+        let _waiting = Waiting(&s.in_wait);
+        // See the protocol in the crate's documentation.
         loop {
             let v = s.synced.value();
             if s.durable.load(Acquire) >= lsn {
@@ -417,7 +473,9 @@ impl Wal {
             if s.failed.load(Acquire) {
                 return Err(s.failed_error());
             }
-            let _ = s.synced.wait(v, None);
+            if !commit::try_lead(s) {
+                let _ = s.synced.wait(v, None);
+            }
         }
     }
 
@@ -443,6 +501,7 @@ impl Wal {
     /// The durable records from `lsn` on, in order (records still being committed are left
     /// out: [`flush`](Self::flush) first to see every append). Reads a segment at a time.
     pub fn iter_from(&self, lsn: Lsn) -> Result<Iter<'_>, Error> {
+        let lsn = lsn.max(1);
         let end = self.durable_lsn();
         let segments = lock(&self.shared.segments).clone();
         let first = segments.first().map_or(1, |s| s.first_lsn);
@@ -459,34 +518,41 @@ impl Wal {
         Ok(Iter {
             storage: &*self.shared.storage,
             segments: segments[k..].to_vec(),
-            from: lsn.max(1),
+            from: lsn,
             end,
             bytes: Vec::new(),
             at: 0,
             lsn: 0,
+            loaded: false,
         })
     }
 
     /// Removes the segments that hold only records before `lsn` (a checkpoint covers them).
     /// The active segment is never removed.
+    ///
+    /// Oldest first, each removal synced before the next: a crash leaves the log whole, with
+    /// some of those segments still there. A reader of a removed segment ([`iter_from`]
+    /// meanwhile) gets an error.
+    ///
+    /// [`iter_from`]: Self::iter_from
     pub fn truncate_before(&self, lsn: Lsn) -> Result<(), Error> {
         let s = &self.shared;
-        let mut segments = lock(&s.segments);
-        let mut removed = 0;
-        while segments.len() > 1 && segments[1].first_lsn <= lsn {
-            let name = format::segment_name(segments[0].number);
+        let _one_at_a_time = lock(&s.truncating);
+        loop {
+            let oldest = {
+                let segments = lock(&s.segments);
+                match segments.get(1) {
+                    Some(next) if next.first_lsn <= lsn => segments[0].number,
+                    _ => return Ok(()),
+                }
+            };
+            let name = format::segment_name(oldest);
             s.storage
                 .remove(&name)
+                .and_then(|()| s.storage.sync_dir())
                 .map_err(|e| Error::io(format!("cannot remove {name}"), e))?;
-            segments.remove(0);
-            removed += 1;
+            lock(&s.segments).remove(0);
         }
-        if removed > 0 {
-            s.storage.sync_dir().map_err(|e| {
-                Error::io(format!("cannot sync directory {}", s.storage.describe()), e)
-            })?;
-        }
-        Ok(())
     }
 }
 
@@ -499,312 +565,4 @@ impl Drop for Wal {
             let _ = c.join();
         }
     }
-}
-
-/// Durable records, in order: `(lsn, bytes)`.
-pub struct Iter<'a> {
-    storage: &'a dyn Storage,
-    segments: Vec<Segment>,
-    from: Lsn,
-    end: Lsn,
-    bytes: Vec<u8>,
-    at: usize,
-    /// The LSN of the record at `at` (0: no segment loaded).
-    lsn: Lsn,
-}
-
-impl Iterator for Iter<'_> {
-    type Item = Result<(Lsn, Vec<u8>), Error>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            if self.lsn > self.end || (self.lsn == 0 && self.segments.is_empty()) {
-                return None;
-            }
-            if self.lsn == 0 {
-                let seg = self.segments.remove(0);
-                let name = format::segment_name(seg.number);
-                let read = self
-                    .storage
-                    .open(&name)
-                    .and_then(|f| f.read_all())
-                    .map_err(|e| Error::io(format!("cannot read {name}"), e));
-                match read {
-                    Ok(b) => self.bytes = b,
-                    Err(e) => {
-                        self.segments.clear();
-                        return Some(Err(e));
-                    }
-                }
-                self.at = HEADER;
-                self.lsn = seg.first_lsn;
-                continue;
-            }
-            match format::next(&self.bytes, self.at, self.lsn) {
-                Next::Record { lsn, payload, next } => {
-                    self.at = next;
-                    self.lsn += 1;
-                    if lsn >= self.from {
-                        return Some(Ok((lsn, self.bytes[payload].to_vec())));
-                    }
-                }
-                Next::End => self.lsn = 0,
-                Next::Bad(why) => {
-                    self.segments.clear();
-                    self.lsn = self.end + 1;
-                    return Some(Err(Error::new(
-                        ErrorKind::NotAWal,
-                        format!("a durable record is damaged: {why}"),
-                    )));
-                }
-            }
-        }
-    }
-}
-
-/// The committer: see the module's protocol. `active` is the open segment, `offset` where its
-/// next byte goes.
-fn commit_loop(s: &Shared, mut active: Box<dyn StorageFile>, mut offset: u64) {
-    let mut spare = Vec::new();
-    loop {
-        let seen = s.work.value();
-        let closing = s.closing.load(Acquire);
-        let (batch, last, wake_at) = {
-            let mut p = lock(&s.pending);
-            let window = match (s.options.durability, p.since) {
-                (Durability::Within(w), Some(t)) => Some(t + w),
-                _ => None,
-            };
-            let due = !p.bytes.is_empty()
-                && (s.requested.load(Acquire) >= p.first
-                    || p.bytes.len() >= s.options.batch_bytes
-                    || window.is_some_and(|t| t <= Instant::now())
-                    || closing);
-            if due {
-                std::mem::swap(&mut p.bytes, &mut spare);
-                p.first = p.next;
-                p.since = None;
-                (Some(std::mem::take(&mut spare)), p.next - 1, None)
-            } else {
-                (None, 0, window)
-            }
-        };
-        let Some(mut batch) = batch else {
-            if closing {
-                return;
-            }
-            let deadline =
-                wake_at.map(|t| Deadline::after(t.saturating_duration_since(Instant::now())));
-            let _ = s.work.wait(seen, deadline);
-            continue;
-        };
-        let result = active
-            .write_all_at(&batch, offset)
-            .and_then(|()| active.sync_data())
-            .map_err(|e| Error::io(format!("cannot write and sync {}", s.storage.describe()), e));
-        if let Err(e) = result {
-            s.fail(&e);
-            return;
-        }
-        offset += batch.len() as u64;
-        s.durable.store(last, Release);
-        s.synced.increment();
-        batch.clear();
-        spare = batch;
-        if offset >= s.options.segment_bytes {
-            match rotate(s, last + 1) {
-                Ok(f) => {
-                    active = f;
-                    offset = HEADER as u64;
-                }
-                Err(e) => {
-                    s.fail(&e);
-                    return;
-                }
-            }
-        }
-    }
-}
-
-/// Begins the segment after the last one, whose first record will be `first_lsn`: its header
-/// is synced, and its directory entry, before any record goes into it.
-fn rotate(s: &Shared, first_lsn: Lsn) -> Result<Box<dyn StorageFile>, Error> {
-    let number = lock(&s.segments).last().map_or(1, |g| g.number + 1);
-    let f = create_segment(&*s.storage, number, first_lsn)?;
-    lock(&s.segments).push(Segment { number, first_lsn });
-    Ok(f)
-}
-
-fn create_segment(
-    storage: &dyn Storage,
-    number: u64,
-    first_lsn: Lsn,
-) -> Result<Box<dyn StorageFile>, Error> {
-    let name = format::segment_name(number);
-    let err = |what: &str, e| Error::io(format!("cannot {what} {name}"), e);
-    let f = storage.create(&name).map_err(|e| err("create", e))?;
-    f.write_all_at(&format::header(number, first_lsn), 0)
-        .map_err(|e| err("write", e))?;
-    f.sync_data().map_err(|e| err("sync", e))?;
-    storage
-        .sync_dir()
-        .map_err(|e| err("sync the directory of", e))?;
-    Ok(f)
-}
-
-/// What [`recover`] found: the segments, the active one and where its next byte goes.
-struct Recovered {
-    segments: Vec<Segment>,
-    active: Box<dyn StorageFile>,
-    offset: u64,
-    recovery: Recovery,
-}
-
-/// Reads the directory: its segments (checked to follow each other), the active one opened
-/// with its torn tail cut off, where its next byte goes, and what was found.
-fn recover(storage: &dyn Storage) -> Result<Recovered, Error> {
-    let names = storage
-        .list()
-        .map_err(|e| Error::io(format!("cannot list {}", storage.describe()), e))?;
-    let mut numbers = Vec::new();
-    for n in &names {
-        match format::parse_segment_name(n) {
-            Some(k) => numbers.push(k),
-            None => {
-                return Err(Error::new(
-                    ErrorKind::NotAWal,
-                    format!(
-                        "{} holds {n:?}, which is not a segment of a spindle-wal log (a log needs \
-                         a directory of its own)",
-                        storage.describe()
-                    ),
-                ))
-            }
-        }
-    }
-    numbers.sort_unstable();
-    let mut rec = Recovery::default();
-    let mut segments: Vec<Segment> = Vec::new();
-    for (i, &number) in numbers.iter().enumerate() {
-        let name = format::segment_name(number);
-        let f = storage
-            .open(&name)
-            .map_err(|e| Error::io(format!("cannot open {name}"), e))?;
-        let mut header = vec![0u8; HEADER];
-        let read = f.read_at(&mut header, 0).and_then(|n| Ok((n, f.size()?)));
-        let (n, len) = read.map_err(|e| Error::io(format!("cannot read {name}"), e))?;
-        header.truncate(n);
-        match format::parse_header(&header, number) {
-            Ok(first_lsn) => {
-                if let Some(prev) = segments.last() {
-                    if number != prev.number + 1 || first_lsn <= prev.first_lsn {
-                        return Err(Error::new(
-                            ErrorKind::NotAWal,
-                            format!(
-                                "{name} does not follow {}: segments are missing or damaged",
-                                format::segment_name(prev.number)
-                            ),
-                        ));
-                    }
-                }
-                segments.push(Segment { number, first_lsn });
-            }
-            Err(format::BadHeader::Newer(v)) => {
-                return Err(Error::new(
-                    ErrorKind::NewerVersion,
-                    format!(
-                        "{name} was written by a later spindle-wal (format version {v}; this one \
-                         reads up to {})",
-                        format::VERSION
-                    ),
-                ))
-            }
-            Err(_) if i + 1 == numbers.len() && len <= HEADER as u64 => {
-                // The last segment, no longer than a header, without a valid one: its creation
-                // never completed (records go in only after its header and directory entry
-                // are synced, and there is no room for one anyway). Nothing is lost with it.
-                storage
-                    .remove(&name)
-                    .and_then(|()| storage.sync_dir())
-                    .map_err(|e| Error::io(format!("cannot remove {name}"), e))?;
-                rec.removed_segments.push(name);
-            }
-            Err(format::BadHeader::NotWal) | Err(format::BadHeader::Short(_)) => {
-                return Err(Error::new(
-                    ErrorKind::NotAWal,
-                    format!("{name} is not a spindle-wal segment (no header)"),
-                ))
-            }
-            Err(format::BadHeader::Damaged(why)) => {
-                return Err(Error::new(
-                    ErrorKind::NotAWal,
-                    format!("{name} is damaged: {why}"),
-                ))
-            }
-        }
-    }
-    rec.segments = segments.len();
-    rec.first_lsn = segments.first().map_or(0, |s| s.first_lsn);
-    let Some(last) = segments.last().copied() else {
-        let f = create_segment(storage, 1, 1)?;
-        segments.push(Segment {
-            number: 1,
-            first_lsn: 1,
-        });
-        rec.segments = 1;
-        return Ok(Recovered {
-            segments,
-            active: f,
-            offset: HEADER as u64,
-            recovery: rec,
-        });
-    };
-    // Scan the last segment to its first torn or damaged record.
-    let name = format::segment_name(last.number);
-    let f = storage
-        .open(&name)
-        .map_err(|e| Error::io(format!("cannot open {name}"), e))?;
-    let last_bytes = f
-        .read_all()
-        .map_err(|e| Error::io(format!("cannot read {name}"), e))?;
-    let (mut at, mut lsn) = (HEADER, last.first_lsn);
-    loop {
-        match format::next(&last_bytes, at, lsn) {
-            Next::Record { next, .. } => {
-                at = next;
-                lsn += 1;
-            }
-            Next::End => break,
-            Next::Bad(why) => {
-                rec.dropped_bytes = (last_bytes.len() - at) as u64;
-                rec.dropped_reason = Some(why);
-                break;
-            }
-        }
-    }
-    rec.last_lsn = lsn - 1;
-    if rec.last_lsn < rec.first_lsn {
-        rec.first_lsn = rec.last_lsn.min(rec.first_lsn);
-    }
-    // Make what is kept durable, even if nothing was cut: the records found may be in the page
-    // cache only (the process died, the machine did not), and a record acknowledged after them
-    // must not outlive them. They are written again, not only synced: after a failed fsync
-    // Linux keeps serving from its cache pages it marked clean without writing them, and a
-    // sync alone would not write them now either.
-    if rec.dropped_bytes > 0 {
-        f.set_len(at as u64)
-            .map_err(|e| Error::io(format!("cannot cut the torn tail of {name}"), e))?;
-    }
-    // The directory too: a segment whose creation failed after its header was written may
-    // have an entry that was never synced.
-    f.write_all_at(&last_bytes[..at], 0)
-        .and_then(|()| f.sync_data())
-        .and_then(|()| storage.sync_dir())
-        .map_err(|e| Error::io(format!("cannot rewrite and sync {name}"), e))?;
-    Ok(Recovered {
-        segments,
-        active: f,
-        offset: at as u64,
-        recovery: rec,
-    })
 }

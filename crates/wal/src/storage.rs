@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 
 pub mod faulty;
 
+/// The lock file in a log's directory: held (`flock`) by the process that has the log open.
+pub const LOCK: &str = "LOCK";
+
 /// A directory of segment files.
 pub trait Storage: Send + Sync {
     /// The names of the files in it (not `.` or `..`), in any order.
@@ -18,8 +21,15 @@ pub trait Storage: Send + Sync {
     fn open(&self, name: &str) -> io::Result<Box<dyn StorageFile>>;
     /// Removes file `name`.
     fn remove(&self, name: &str) -> io::Result<()>;
+    /// Renames file `from` to `to` (replacing `to`).
+    fn rename(&self, from: &str, to: &str) -> io::Result<()>;
     /// Makes the directory's entries (created and removed files) durable.
     fn sync_dir(&self) -> io::Result<()>;
+    /// Takes the directory for this process until the storage is dropped; fails if another
+    /// holds it. (Default: nothing to take.)
+    fn lock(&self) -> io::Result<()> {
+        Ok(())
+    }
     /// Where it is, for messages.
     fn describe(&self) -> String;
 }
@@ -36,6 +46,9 @@ pub trait StorageFile: Send + Sync {
     fn sync_data(&self) -> io::Result<()>;
     /// Cuts it to `len` bytes.
     fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Allocates its blocks up to `len` bytes, extending it with zeros if it is shorter, so
+    /// that writes there change no metadata; where the file system cannot, does nothing.
+    fn allocate(&self, len: u64) -> io::Result<()>;
 }
 
 impl dyn StorageFile {
@@ -53,6 +66,22 @@ impl dyn StorageFile {
             }
         }
         Ok(())
+    }
+
+    /// Its first `n` bytes (fewer if it is shorter), however many reads it takes.
+    pub(crate) fn read_prefix(&self, n: usize) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; n];
+        let mut at = 0;
+        while at < n {
+            match self.read_at(&mut buf[at..], at as u64) {
+                Ok(0) => break,
+                Ok(k) => at += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        buf.truncate(at);
+        Ok(buf)
     }
 
     /// The whole file.
@@ -76,6 +105,8 @@ impl dyn StorageFile {
 /// A real directory.
 pub struct Dir {
     path: PathBuf,
+    /// The lock file, held while this lives (see [`Storage::lock`]).
+    lock: std::sync::Mutex<Option<File>>,
 }
 
 impl Dir {
@@ -89,7 +120,27 @@ impl Dir {
                 format!("{} is not a directory", path.display()),
             ));
         }
-        Ok(Dir { path })
+        Ok(Dir {
+            path,
+            lock: std::sync::Mutex::new(None),
+        })
+    }
+}
+
+impl Dir {
+    /// The directory at `path`, which must exist (for reading a log without changing it).
+    pub fn existing(path: impl AsRef<Path>) -> io::Result<Dir> {
+        let path = path.as_ref().to_path_buf();
+        if !std::fs::metadata(&path)?.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not a directory", path.display()),
+            ));
+        }
+        Ok(Dir {
+            path,
+            lock: std::sync::Mutex::new(None),
+        })
     }
 }
 
@@ -123,12 +174,37 @@ impl Storage for Dir {
         std::fs::remove_file(self.path.join(name))
     }
 
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        std::fs::rename(self.path.join(from), self.path.join(to))
+    }
+
     fn sync_dir(&self) -> io::Result<()> {
         File::open(&self.path)?.sync_all()
     }
 
     fn describe(&self) -> String {
         self.path.display().to_string()
+    }
+
+    fn lock(&self) -> io::Result<()> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(self.path.join(LOCK))?;
+        match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    format!("{} is open in another process", self.path.display()),
+                ))
+            }
+            Err(e) => return Err(e.into()),
+        }
+        *self.lock.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
+        Ok(())
     }
 }
 
@@ -149,5 +225,12 @@ impl StorageFile for RealFile {
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.0.set_len(len)
+    }
+    fn allocate(&self, len: u64) -> io::Result<()> {
+        match rustix::fs::fallocate(&self.0, rustix::fs::FallocateFlags::empty(), 0, len) {
+            // Not every file system allocates ahead (then records extend the file instead).
+            Err(rustix::io::Errno::OPNOTSUPP) | Err(rustix::io::Errno::NOSYS) => Ok(()),
+            r => r.map_err(io::Error::from),
+        }
     }
 }

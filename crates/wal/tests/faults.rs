@@ -44,6 +44,8 @@ struct Book {
     appended: BTreeMap<Lsn, (u32, u32)>,
     /// The acknowledged LSNs.
     acked: Vec<Lsn>,
+    /// `truncate_before` was called with this LSN: records before it may be gone.
+    truncated_before: Lsn,
 }
 
 #[derive(Default, Debug)]
@@ -56,6 +58,7 @@ struct Tally {
     failed_logs: u64,
     torn_tails: u64,
     violations: Vec<String>,
+    truncate_errors: Vec<String>,
 }
 
 /// Opens the log again and checks it against the book; forgets the appends it lost.
@@ -72,8 +75,15 @@ fn check(disk: &Arc<FaultyStorage>, options: &Options, book: &mut Book, tally: &
         );
     }
     let mut expect: Option<Lsn> = None;
-    let mut last = 0;
-    for r in wal.iter_from(1).expect("iter_from") {
+    let first = wal.recovery().first_lsn;
+    if first > book.truncated_before.max(1) {
+        tally.violations.push(format!(
+            "the log starts at {first}, truncate_before was given {}",
+            book.truncated_before
+        ));
+    }
+    let mut last = first - 1;
+    for r in wal.iter_from(first).expect("iter_from") {
         let (lsn, bytes) = match r {
             Ok(x) => x,
             Err(e) => {
@@ -103,7 +113,7 @@ fn check(disk: &Arc<FaultyStorage>, options: &Options, book: &mut Book, tally: &
         ));
     }
     for &a in &book.acked {
-        if a > last {
+        if a >= book.truncated_before && a > last {
             tally.violations.push(format!(
                 "acknowledged LSN {a} lost (the log ends at {last})"
             ));
@@ -116,6 +126,10 @@ fn check(disk: &Arc<FaultyStorage>, options: &Options, book: &mut Book, tally: &
 
 fn random_faults(rng: &mut Rng) -> Faults {
     let mut f = Faults::default();
+    // Half the rounds, the machine dies in the middle of some write.
+    if rng.next(2) == 0 {
+        f.die_after_writes = Some(rng.next(40));
+    }
     match rng.next(6) {
         0 => {}
         1 => f.short_writes = true,
@@ -142,6 +156,7 @@ fn trial(seed: u64, tally: &mut Tally) {
         segment_bytes: 200 + rng.next(3000),
         max_record: 1024,
         batch_bytes: 1 + rng.next(2000) as usize,
+        prepare: rng.next(2) == 0,
     };
     let mut book = Book::default();
     let mut next_seq = [0u32; 4];
@@ -153,6 +168,14 @@ fn trial(seed: u64, tally: &mut Tally) {
             eprintln!("round: {faults:?} {options:?}");
         }
         disk.set_faults(faults);
+        // A checkpoint now and then, below what was acknowledged.
+        if let (Some(&a), 0) = (book.acked.last(), rng.next(3)) {
+            let to = 1 + rng.next(a);
+            match wal.truncate_before(to) {
+                Ok(()) => book.truncated_before = book.truncated_before.max(to),
+                Err(e) => tally.truncate_errors.push(e.to_string()),
+            }
+        }
         let writers = 1 + rng.next(4) as u32;
         let per = 1 + rng.next(25) as u32;
         let shared = Mutex::new(std::mem::take(&mut book));
@@ -268,6 +291,11 @@ fn run(trials: u64) {
         &tally.violations[..tally.violations.len().min(10)]
     );
     assert!(tally.acked > 0 && tally.faults > 0 && tally.torn_tails > 0);
+    assert!(
+        tally.truncate_errors.is_empty(),
+        "truncate_before failed on a healthy disk: {:?}",
+        tally.truncate_errors
+    );
 }
 
 #[test]

@@ -10,6 +10,17 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// The segment files in `dir`, in order.
+fn segments(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "wal"))
+        .collect();
+    v.sort();
+    v
+}
+
 fn records(wal: &Wal, from: u64) -> Vec<(u64, Vec<u8>)> {
     wal.iter_from(from)
         .unwrap()
@@ -48,15 +59,15 @@ fn records_survive_reopening_across_segments_and_checkpoints() {
             .all(|(i, (l, b))| *l == i as u64 + 1 && b[..] == (i as u32).to_le_bytes()));
         assert_eq!(records(&wal, 60)[0].0, 60);
     }
-    let segments = std::fs::read_dir(&dir).unwrap().count();
-    assert!(segments > 3, "{segments} segments: rotation did not happen");
+    let count = segments(&dir).len();
+    assert!(count > 3, "{count} segments: rotation did not happen");
     let wal = Wal::open(&dir, small()).unwrap();
     let r = wal.recovery().clone();
     assert_eq!((r.first_lsn, r.last_lsn, r.dropped_bytes), (1, 100, 0));
     assert_eq!(wal.append_durable(b"next").unwrap(), 101);
     wal.truncate_before(50).unwrap();
-    let left = std::fs::read_dir(&dir).unwrap().count();
-    assert!(left < segments, "truncate_before removed nothing");
+    let left = segments(&dir).len();
+    assert!(left < count, "truncate_before removed nothing");
     let e = wal.iter_from(1).err().expect("LSN 1 was truncated away");
     assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
     let tail = records(&wal, 50);
@@ -78,11 +89,13 @@ fn a_torn_tail_is_cut_and_reported_and_appending_goes_on_after_it() {
         }
     }
     let seg = only_segment(&dir);
-    let len = std::fs::metadata(&seg).unwrap().len();
-    // Cut the last record in half, then add garbage after it.
+    // The segment is allocated ahead: its data ends at its last byte that is not zero.
+    let bytes = std::fs::read(&seg).unwrap();
+    let end = bytes.iter().rposition(|&b| b != 0).unwrap() as u64 + 1;
+    // Tear the last record: garbage over its last 50 bytes, of which 20 are zeros.
     let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
-    f.set_len(len - 50).unwrap();
-    std::os::unix::fs::FileExt::write_at(&f, &[0xAB; 30], len - 50).unwrap();
+    std::os::unix::fs::FileExt::write_at(&f, &[0xAB; 30], end - 50).unwrap();
+    std::os::unix::fs::FileExt::write_at(&f, &[0; 20], end - 20).unwrap();
     drop(f);
     let wal = Wal::open(&dir, Options::default()).unwrap();
     let r = wal.recovery();
@@ -97,10 +110,7 @@ fn a_torn_tail_is_cut_and_reported_and_appending_goes_on_after_it() {
 }
 
 fn only_segment(dir: &Path) -> PathBuf {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let mut v = segments(dir);
     assert_eq!(v.len(), 1);
     v.pop().unwrap()
 }
@@ -132,6 +142,9 @@ fn bad_directories_give_clear_errors() {
     let seg = only_segment(&dir);
     let mut b = std::fs::read(&seg).unwrap();
     b[8] = 9;
+    b[12..16].fill(0);
+    let crc = spindle_wal::crc::crc32c(&b[..32]);
+    b[12..16].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&seg, &b).unwrap();
     let (kind, msg) = open(&dir).expect("an error");
     assert_eq!(kind, ErrorKind::NewerVersion, "{msg}");
@@ -147,11 +160,7 @@ fn bad_directories_give_clear_errors() {
             wal.append_durable(&[1; 40]).unwrap();
         }
     }
-    let mut segs: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    segs.sort();
+    let segs = segments(&dir);
     let next = dir.join(format!("{:020}.wal", segs.len() + 1));
     std::fs::write(&next, &std::fs::read(&segs[0]).unwrap()[..10]).unwrap();
     let wal = Wal::open(&dir, small()).unwrap();
@@ -168,6 +177,16 @@ fn bad_directories_give_clear_errors() {
     let (kind, msg) = open(&dir).expect("an error");
     assert_eq!(kind, ErrorKind::NotAWal, "{msg}");
     assert!(msg.contains("missing"), "{msg}");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // A log open in another process (or twice in this one).
+    let dir = scratch("twice");
+    let wal = Wal::open(&dir, Options::default()).unwrap();
+    let (kind, msg) = open(&dir).expect("an error");
+    assert_eq!(kind, ErrorKind::Io, "{msg}");
+    assert!(msg.contains("open in another process"), "{msg}");
+    drop(wal);
+    assert!(open(&dir).is_none(), "closed, it opens again");
     let _ = std::fs::remove_dir_all(&dir);
 
     // Out-of-range input.

@@ -9,10 +9,10 @@
 //!   Linux after "fsyncgate": the data written since the last good sync is *lost* — a later
 //!   sync that succeeds does not make it durable, unless those bytes are written again — while
 //!   reads still return it;
-//! - **power loss** ([`FaultyStorage::power_loss`]): every file goes back to its durable bytes
-//!   plus a random prefix of what was written since (a write torn at any byte), sometimes with
-//!   garbage in that prefix; files created or removed since the last directory sync may come
-//!   back or vanish.
+//! - **power loss** ([`FaultyStorage::power_loss`]): every file keeps its durable bytes and a
+//!   random prefix of what was written since (a write torn at any byte), sometimes with garbage
+//!   in that prefix; files created or removed since the last directory sync may come back or
+//!   vanish.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -32,6 +32,9 @@ pub struct Faults {
     /// The sync after this many more syncs fails with `EIO` (and loses the data it was to
     /// make durable).
     pub fail_sync_after: Option<u64>,
+    /// The machine dies during the write after this many more writes: that write stores a
+    /// random prefix of its buffer, then the disk is frozen (see [`FaultyStorage::freeze`]).
+    pub die_after_writes: Option<u64>,
 }
 
 #[derive(Clone, Default)]
@@ -64,20 +67,29 @@ impl MemFile {
         bytes
     }
 
-    /// What survives a power loss: the durable bytes, then a prefix (`cut` picks its length)
-    /// of what was written since, with garbage in it if `garbage`; lost ranges stay lost.
+    /// What survives a power loss: of the bytes written since the last sync, those before a
+    /// point `cut` picks (a write torn at any byte), with garbage in them if `garbage`; after
+    /// it, what the disk held before (zeros where nothing was). Lost ranges stay lost.
     fn survive(&mut self, cut: u64, garbage: bool) {
-        let common = self.common();
-        let out = if self.current.len() >= self.durable.len() || cut % 2 == 0 {
-            let keep = common + (cut as usize >> 1) % (self.current.len() - common + 1);
-            let mut out = self.current[..keep].to_vec();
+        let out = if self.current.len() < self.durable.len() && cut % 2 == 1 {
+            self.durable.clone() // an unsynced truncation undone
+        } else {
+            let common = self.common();
+            let len = self.current.len().max(self.durable.len());
+            let changed_end = (common..len)
+                .rev()
+                .find(|&i| self.current.get(i) != self.durable.get(i))
+                .map_or(common, |i| i + 1);
+            let keep = common + (cut as usize >> 1) % (changed_end - common + 1);
+            let mut out = self.current[..keep.min(self.current.len())].to_vec();
+            for i in out.len()..self.current.len() {
+                out.push(self.durable.get(i).copied().unwrap_or(0));
+            }
             if garbage && keep > common {
                 let at = common + (cut as usize >> 7) % (keep - common);
                 out[at] ^= 0x5A;
             }
             out
-        } else {
-            self.durable.clone() // an unsynced truncation undone
         };
         let out = self.without_lost(out);
         self.current = out.clone();
@@ -87,10 +99,14 @@ impl MemFile {
 }
 
 struct State {
-    files: BTreeMap<String, MemFile>,
-    /// The directory's durable entries: a file's durable bytes live in `files` while it
-    /// exists, here once it was removed (it may come back after a power loss).
-    durable_names: BTreeMap<String, Option<MemFile>>,
+    /// The directory as the running system sees it: name → file.
+    names: BTreeMap<String, u64>,
+    /// The directory as the disk holds it (at the last directory sync).
+    durable_names: BTreeMap<String, u64>,
+    /// Every file a name (either directory) or an open handle refers to. A file removed while
+    /// open stays readable and writable through its handle, as on Linux.
+    data: BTreeMap<u64, MemFile>,
+    next_id: u64,
     faults: Faults,
     /// The machine is dead: every change fails (see [`FaultyStorage::freeze`]).
     frozen: bool,
@@ -107,6 +123,14 @@ impl State {
             0
         } else {
             self.rng % n
+        }
+    }
+
+    fn check(&self) -> io::Result<()> {
+        if self.frozen {
+            Err(eio())
+        } else {
+            Ok(())
         }
     }
 }
@@ -138,8 +162,10 @@ impl FaultyStorage {
     pub fn new(seed: u64) -> Arc<FaultyStorage> {
         Arc::new(FaultyStorage {
             state: Mutex::new(State {
-                files: BTreeMap::new(),
+                names: BTreeMap::new(),
                 durable_names: BTreeMap::new(),
+                data: BTreeMap::new(),
+                next_id: 1,
                 faults: Faults::default(),
                 frozen: false,
                 rng: seed | 1,
@@ -148,66 +174,75 @@ impl FaultyStorage {
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Injects `faults` from now on (replacing the previous ones).
     pub fn set_faults(&self, faults: Faults) {
-        self.lock().faults = faults;
+        self.state().faults = faults;
     }
 
     /// How many faults (short writes included) were injected so far.
     pub fn injected(&self) -> u64 {
-        self.lock().injected
+        self.state().injected
     }
 
-    /// The machine dies now: from here on every write, sync, creation and removal fails
-    /// with `EIO`, so that a log still running cannot change the disk, until
-    /// [`power_loss`](Self::power_loss) brings it back.
+    /// The machine dies now: from here on every write, sync, creation, removal and rename
+    /// fails with `EIO`, so that a log still running cannot change the disk, until
+    /// [`power_loss`](Self::power_loss) or [`thaw`](Self::thaw).
     pub fn freeze(&self) {
-        self.lock().frozen = true;
+        self.state().frozen = true;
     }
 
     /// The process that was using the disk died, the machine did not: the disk works again
     /// and keeps everything written (synced or not), faults switched off.
     pub fn thaw(&self) {
-        let mut s = self.lock();
+        let mut s = self.state();
         s.faults = Faults::default();
         s.frozen = false;
     }
 
-    /// The power fails: see the module's documentation. Faults are switched off, and the
-    /// disk works again (for the next process).
+    /// The power fails: see the module's documentation. Each directory entry changed since
+    /// the last directory sync (created, removed, renamed) is found as it is now or as it was
+    /// then, at random. Faults are switched off, and the disk works again.
     pub fn power_loss(&self) {
-        let mut s = self.lock();
+        let mut s = self.state();
         s.faults = Faults::default();
         s.frozen = false;
-        let names: Vec<String> = s.files.keys().cloned().collect();
-        for name in names {
-            if !s.durable_names.contains_key(&name) && s.rand(2) == 0 {
-                s.files.remove(&name); // created, its entry never synced
+        let mut all: Vec<String> = s.names.keys().cloned().collect();
+        all.extend(s.durable_names.keys().cloned());
+        all.sort();
+        all.dedup();
+        let mut dir = BTreeMap::new();
+        for name in all {
+            let (now, then) = (
+                s.names.get(&name).copied(),
+                s.durable_names.get(&name).copied(),
+            );
+            let pick = if now == then || s.rand(2) == 0 {
+                now
+            } else {
+                then
+            };
+            if let Some(id) = pick {
+                dir.insert(name, id);
+            }
+        }
+        let ids: Vec<u64> = dir.values().copied().collect();
+        let mut data = BTreeMap::new();
+        for id in ids {
+            if data.contains_key(&id) {
                 continue;
             }
             let (garbage, cut) = (s.rand(3) == 0, s.rand(u64::MAX));
-            s.files
-                .get_mut(&name)
-                .expect("listed")
-                .survive(cut, garbage);
+            let mut f = s.data.get(&id).cloned().unwrap_or_default();
+            f.survive(cut, garbage);
+            data.insert(id, f);
         }
-        let removed: Vec<(String, MemFile)> = s
-            .durable_names
-            .iter()
-            .filter_map(|(n, f)| Some((n.clone(), f.clone()?)))
-            .collect();
-        for (name, mut f) in removed {
-            if s.rand(2) == 0 {
-                f.survive(0, false); // removed, its entry never synced: back, as it was
-                f.current = f.durable.clone();
-                s.files.insert(name, f);
-            }
-        }
-        s.durable_names = s.files.keys().map(|n| (n.clone(), None)).collect();
+        s.data = data;
+        s.names = dir.clone();
+        s.durable_names = dir;
     }
 }
 
@@ -217,30 +252,30 @@ fn eio() -> io::Error {
 
 struct Handle {
     disk: Arc<FaultyStorage>,
-    name: String,
+    id: u64,
 }
 
 impl Handle {
-    fn with<T>(&self, f: impl FnOnce(&mut State, &str) -> io::Result<T>) -> io::Result<T> {
-        let mut s = self.disk.lock();
-        if !s.files.contains_key(&self.name) {
+    fn with<T>(&self, f: impl FnOnce(&mut State, u64) -> io::Result<T>) -> io::Result<T> {
+        let mut s = self.disk.state();
+        if !s.data.contains_key(&self.id) {
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,
-                "the file was removed",
+                "lost in a power loss",
             ));
         }
-        f(&mut s, &self.name)
+        f(&mut s, self.id)
     }
 }
 
 impl StorageFile for Handle {
     fn size(&self) -> io::Result<u64> {
-        self.with(|s, n| Ok(s.files[n].current.len() as u64))
+        self.with(|s, n| Ok(s.data[&n].current.len() as u64))
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         self.with(|s, n| {
-            let data = &s.files[n].current;
+            let data = &s.data[&n].current;
             let at = (offset as usize).min(data.len());
             let k = buf.len().min(data.len() - at);
             buf[..k].copy_from_slice(&data[at..at + k]);
@@ -254,7 +289,11 @@ impl StorageFile for Handle {
                 return Err(eio());
             }
             let mut k = buf.len();
-            if s.faults.short_writes && k > 1 {
+            let mut die = false;
+            if due(&mut s.faults.die_after_writes, &mut s.injected) {
+                k = s.rand(buf.len() as u64 + 1) as usize;
+                die = true;
+            } else if s.faults.short_writes && k > 1 {
                 k = 1 + s.rand(k as u64) as usize;
                 s.injected += u64::from(k < buf.len());
             }
@@ -265,7 +304,7 @@ impl StorageFile for Handle {
                 }
                 s.faults.space = Some(space - k as u64);
             }
-            let f = s.files.get_mut(n).expect("checked");
+            let f = s.data.get_mut(&n).expect("checked");
             let at = offset as usize;
             if f.current.len() < at + k {
                 f.current.resize(at + k, 0);
@@ -282,6 +321,10 @@ impl StorageFile for Handle {
                 }
             }
             f.lost = lost;
+            if die {
+                s.frozen = true;
+                return Err(eio());
+            }
             Ok(k)
         })
     }
@@ -289,7 +332,7 @@ impl StorageFile for Handle {
     fn sync_data(&self) -> io::Result<()> {
         self.with(|s, n| {
             let fail = s.frozen || due(&mut s.faults.fail_sync_after, &mut s.injected);
-            let f = s.files.get_mut(n).expect("checked");
+            let f = s.data.get_mut(&n).expect("checked");
             if fail {
                 // Linux marks the pages clean after reporting the error: what they held
                 // never reaches the disk, even if a later sync succeeds.
@@ -302,12 +345,21 @@ impl StorageFile for Handle {
         })
     }
 
+    fn allocate(&self, len: u64) -> io::Result<()> {
+        self.with(|s, n| {
+            s.check()?;
+            let f = s.data.get_mut(&n).expect("checked");
+            if (f.current.len() as u64) < len {
+                f.current.resize(len as usize, 0);
+            }
+            Ok(())
+        })
+    }
+
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.with(|s, n| {
-            if s.frozen {
-                return Err(eio());
-            }
-            let f = s.files.get_mut(n).expect("checked");
+            s.check()?;
+            let f = s.data.get_mut(&n).expect("checked");
             f.current.resize(len as usize, 0);
             Ok(())
         })
@@ -316,50 +368,56 @@ impl StorageFile for Handle {
 
 impl Storage for Arc<FaultyStorage> {
     fn list(&self) -> io::Result<Vec<String>> {
-        Ok(self.lock().files.keys().cloned().collect())
+        Ok(self.state().names.keys().cloned().collect())
     }
 
     fn create(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {
-        let mut s = self.lock();
-        if s.frozen {
-            return Err(eio());
-        }
-        if s.files.contains_key(name) {
+        let mut s = self.state();
+        s.check()?;
+        if s.names.contains_key(name) {
             return Err(io::ErrorKind::AlreadyExists.into());
         }
-        s.files.insert(name.to_owned(), MemFile::default());
-        drop(s);
-        self.open(name)
+        let id = s.next_id;
+        s.next_id += 1;
+        s.names.insert(name.to_owned(), id);
+        s.data.insert(id, MemFile::default());
+        Ok(Box::new(Handle {
+            disk: Arc::clone(self),
+            id,
+        }))
     }
 
     fn open(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {
-        if !self.lock().files.contains_key(name) {
-            return Err(io::ErrorKind::NotFound.into());
-        }
+        let id = *self
+            .state()
+            .names
+            .get(name)
+            .ok_or(io::ErrorKind::NotFound)?;
         Ok(Box::new(Handle {
             disk: Arc::clone(self),
-            name: name.to_owned(),
+            id,
         }))
     }
 
     fn remove(&self, name: &str) -> io::Result<()> {
-        let mut s = self.lock();
-        if s.frozen {
-            return Err(eio());
-        }
-        let f = s.files.remove(name).ok_or(io::ErrorKind::NotFound)?;
-        if let Some(slot) = s.durable_names.get_mut(name) {
-            *slot = Some(f);
-        }
+        let mut s = self.state();
+        s.check()?;
+        s.names.remove(name).ok_or(io::ErrorKind::NotFound)?;
+        Ok(())
+    }
+
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        let mut s = self.state();
+        s.check()?;
+        let id = s.names.remove(from).ok_or(io::ErrorKind::NotFound)?;
+        s.names.insert(to.to_owned(), id);
         Ok(())
     }
 
     fn sync_dir(&self) -> io::Result<()> {
-        let mut s = self.lock();
-        if s.frozen {
-            return Err(eio());
-        }
-        s.durable_names = s.files.keys().map(|n| (n.clone(), None)).collect();
+        let mut s = self.state();
+        s.check()?;
+        s.durable_names = s.names.clone();
         Ok(())
     }
 
