@@ -12,6 +12,7 @@ mod samples;
 mod slo;
 mod stats_cmd;
 mod units;
+mod wal;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -171,6 +172,45 @@ enum Command {
     /// Flight recordings (spindle-recorder): read the last records of a process, dead or alive.
     #[command(subcommand)]
     Recorder(RecorderCommand),
+    /// Write-ahead logs (spindle-wal): what a log directory holds, and whether it is damaged.
+    #[command(subcommand)]
+    Wal(WalCommand),
+}
+
+const WAL_HELP: &str = "\
+DIR is the directory a program passed to spindle_wal::Wal::open. It is only read: opening it \
+as a log would cut a torn tail. A torn tail in the last segment is what a crash leaves (it never \
+holds an acknowledged record); damage is anything else: a bad record or header before it, \
+segments that do not follow each other, a file that is not a segment.
+
+Examples:
+  spindle wal inspect /var/lib/app/wal
+  spindle wal verify /var/lib/app/wal && echo intact
+  spindle wal inspect /var/lib/app/wal --json | jq '.segments[] | select(.problem)'
+
+Exit codes: inspect: 0 read (damaged or not); verify: 0 intact, 1 damaged; both: 3 the \
+directory is missing or unreadable, 4 the output could not be written.";
+
+#[derive(Subcommand)]
+enum WalCommand {
+    /// Each segment (first LSN, records, bytes, where a scan stops and why), and the totals.
+    #[command(after_help = WAL_HELP)]
+    Inspect {
+        /// The log's directory.
+        dir: PathBuf,
+        /// One JSON document.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Whether the log opens without losing a record: exit 0 if so, 1 if it is damaged.
+    #[command(after_help = WAL_HELP)]
+    Verify {
+        /// The log's directory.
+        dir: PathBuf,
+        /// One JSON document.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 const RECORDER_DUMP_HELP: &str = "\
@@ -586,6 +626,8 @@ fn run(cli: Cli) -> CliResult<u8> {
             since,
             section,
         }),
+        Command::Wal(WalCommand::Inspect { dir, json }) => wal::inspect_cmd(&dir, json),
+        Command::Wal(WalCommand::Verify { dir, json }) => wal::verify_cmd(&dir, json),
         Command::Recorder(RecorderCommand::Child { peer, dir }) => {
             spindle_lab::experiments::recorder::recall_child(&peer, &dir)
                 .map(|()| exit::HOLDS)
