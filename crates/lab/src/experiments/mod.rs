@@ -16,6 +16,7 @@ mod sampler;
 mod smr;
 mod spawn;
 pub mod spinlocks;
+mod wal;
 
 use crate::runner::Experiment;
 
@@ -33,6 +34,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(spawn::Spawn),
         Box::new(pool::Pool),
         Box::new(recorder::Recorder),
+        Box::new(wal::WalLab),
         Box::new(sampler::Sampler),
         Box::new(itoa::Itoa),
     ]

@@ -1,0 +1,463 @@
+//! `wal`: durable appends with Spindle's group-commit log (`spindle-wal`) against what a Rust
+//! program would otherwise use: `fdatasync` after every append (the floor a naive program
+//! writes), okaywal (a WAL with group commit of its own), SQLite in WAL mode with
+//! `synchronous=FULL` (rusqlite, one connection behind a mutex), and redb (a transaction per
+//! append, durable on commit). Seed 002: Arakoon batched its client queue into one consensus
+//! value, and users asked for "always sync".
+//!
+//! Every append is acknowledged only once it is on stable storage (`append_durable`, okaywal's
+//! `commit`, SQLite's and redb's commit). For 64-byte and 4-KiB records and 1, 4, 16 and 64
+//! writer threads, each contestant runs for a fixed time: appends per second, all writers
+//! together, and the ack latency of each append (p50, p99). The disk itself is measured in the
+//! same run: its fsync rate F and fsync latency (one thread writing 64 bytes at a time into a
+//! file written with zeros ahead, `fdatasync` after each, as `pg_test_fsync` does: a durable
+//! write with no metadata to commit), and its sequential write bandwidth B (1 MiB writes, then one
+//! `fdatasync`). The bound for N writers is min(0.9 × N × F, 0.8 × B / record bytes). The naive
+//! contestant appends to a file that grows, as a program that calls `fdatasync` after every
+//! `write` does: each of its syncs commits the new length too.
+//!
+//! The files live in `$SPINDLE_LAB_DIR` or the current directory (never the temporary
+//! directory, often a tmpfs); on a tmpfs or ramfs, where fsync is free, the report says so.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::kit::quantile;
+use crate::results::Profile;
+use crate::runner::{Ctx, Experiment};
+use crate::spec::{Claim, Info, Metric, Plan, Sample, Section, Variant};
+
+pub struct WalLab;
+
+const WRITERS: [usize; 4] = [1, 4, 16, 64];
+const SIZES: [usize; 2] = [64, 4096];
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Who {
+    Spindle,
+    Fsync,
+    Okaywal,
+    Sqlite,
+    Redb,
+}
+
+impl Who {
+    fn id(self) -> &'static str {
+        match self {
+            Who::Spindle => "spindle",
+            Who::Fsync => "fsync",
+            Who::Okaywal => "okaywal",
+            Who::Sqlite => "sqlite",
+            Who::Redb => "redb",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Who::Spindle => "spindle-wal append_durable",
+            Who::Fsync => "write + fdatasync per append (one file, a mutex)",
+            Who::Okaywal => "okaywal entry commit",
+            Who::Sqlite => "SQLite WAL, synchronous=FULL (rusqlite, one connection)",
+            Who::Redb => "redb, a write transaction per append",
+        }
+    }
+}
+
+const CONTESTANTS: [Who; 5] = [
+    Who::Spindle,
+    Who::Fsync,
+    Who::Okaywal,
+    Who::Sqlite,
+    Who::Redb,
+];
+
+const REDB_TABLE: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("records");
+
+/// One contestant's store, opened once per visit in its own directory.
+enum Store {
+    Spindle(spindle_wal::Wal),
+    Fsync(Mutex<std::fs::File>),
+    Okaywal(okaywal::WriteAheadLog),
+    Sqlite(Mutex<rusqlite::Connection>),
+    Redb(redb::Database, AtomicU64),
+}
+
+impl Store {
+    fn open(who: Who, dir: &Path) -> Result<Store, String> {
+        let err = |e: &dyn std::fmt::Display| format!("{}: {e}", who.id());
+        std::fs::create_dir_all(dir).map_err(|e| err(&e))?;
+        Ok(match who {
+            Who::Spindle => Store::Spindle(
+                spindle_wal::Wal::open(dir, spindle_wal::Options::default())
+                    .map_err(|e| err(&e))?,
+            ),
+            Who::Fsync => Store::Fsync(Mutex::new(
+                std::fs::File::create(dir.join("log")).map_err(|e| err(&e))?,
+            )),
+            Who::Okaywal => Store::Okaywal(
+                okaywal::WriteAheadLog::recover(dir, okaywal::LogVoid).map_err(|e| err(&e))?,
+            ),
+            Who::Sqlite => {
+                let c = rusqlite::Connection::open(dir.join("db")).map_err(|e| err(&e))?;
+                c.execute_batch(
+                    "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; \
+                     CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, v BLOB);",
+                )
+                .map_err(|e| err(&e))?;
+                Store::Sqlite(Mutex::new(c))
+            }
+            Who::Redb => Store::Redb(
+                redb::Database::create(dir.join("db")).map_err(|e| err(&e))?,
+                AtomicU64::new(0),
+            ),
+        })
+    }
+
+    /// Appends `record` and returns once it is durable.
+    fn append(&self, record: &[u8]) -> Result<(), String> {
+        let s = |e: &dyn std::fmt::Display| e.to_string();
+        match self {
+            Store::Spindle(w) => w.append_durable(record).map(drop).map_err(|e| s(&e)),
+            Store::Fsync(f) => {
+                let mut f = f.lock().unwrap_or_else(|e| e.into_inner());
+                f.write_all(record)
+                    .and_then(|()| f.sync_data())
+                    .map_err(|e| s(&e))
+            }
+            Store::Okaywal(log) => {
+                let mut entry = log.begin_entry().map_err(|e| s(&e))?;
+                entry.write_chunk(record).map_err(|e| s(&e))?;
+                entry.commit().map(drop).map_err(|e| s(&e))
+            }
+            Store::Sqlite(c) => {
+                let c = c.lock().unwrap_or_else(|e| e.into_inner());
+                c.execute("INSERT INTO t(v) VALUES (?1)", [record])
+                    .map(drop)
+                    .map_err(|e| s(&e))
+            }
+            Store::Redb(db, key) => {
+                let txn = db.begin_write().map_err(|e| s(&e))?;
+                {
+                    let mut t = txn.open_table(REDB_TABLE).map_err(|e| s(&e))?;
+                    t.insert(key.fetch_add(1, Relaxed), record)
+                        .map_err(|e| s(&e))?;
+                }
+                txn.commit().map_err(|e| s(&e))
+            }
+        }
+    }
+}
+
+/// `writers` threads append `size`-byte records to `store` for `span`: appends per second and
+/// the ack latency percentiles (ns).
+fn run(store: &Store, writers: usize, size: usize, span: Duration) -> Sample {
+    let start = Barrier::new(writers);
+    let record = vec![0xA5u8; size];
+    let (count, mut lat): (u64, Vec<f64>) = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..writers)
+            .map(|_| {
+                let (start, record) = (&start, &record);
+                s.spawn(move || {
+                    start.wait();
+                    let t0 = Instant::now();
+                    let mut lat = Vec::new();
+                    while t0.elapsed() < span {
+                        let a = Instant::now();
+                        store
+                            .append(record)
+                            .unwrap_or_else(|e| panic!("append: {e}"));
+                        lat.push(a.elapsed().as_nanos() as f64);
+                    }
+                    (t0, Instant::now(), lat)
+                })
+            })
+            .collect();
+        let runs: Vec<_> = hs
+            .into_iter()
+            .map(|h| h.join().expect("a writer panicked"))
+            .collect();
+        let first = runs.iter().map(|r| r.0).min().expect("writers");
+        let last = runs.iter().map(|r| r.1).max().expect("writers");
+        let lat: Vec<f64> = runs.into_iter().flat_map(|r| r.2).collect();
+        let secs = (last - first).as_secs_f64().max(1e-9);
+        ((lat.len() as f64 / secs) as u64, lat)
+    });
+    Sample::new()
+        .with("rate", count as f64)
+        .with("p50", quantile(&mut lat, 0.5))
+        .with("p99", quantile(&mut lat, 0.99))
+}
+
+/// The disk's fsync rate and latency, as `pg_test_fsync` measures it: one thread writes 64
+/// bytes at a time into a file written with zeros ahead and calls `fdatasync` after each, for
+/// `span`.
+fn fsync_rate(dir: &Path, span: Duration) -> Result<Sample, String> {
+    use std::os::unix::fs::FileExt as _;
+    let path = dir.join("fsync-rate");
+    let f = std::fs::File::create(&path).map_err(|e| e.to_string())?;
+    let room: u64 = 4 << 20;
+    f.write_all_at(&vec![0u8; room as usize], 0)
+        .and_then(|()| f.sync_all())
+        .map_err(|e| e.to_string())?;
+    let t0 = Instant::now();
+    let mut lat = Vec::new();
+    while t0.elapsed() < span {
+        let a = Instant::now();
+        let at = (lat.len() as u64 * 64) % room;
+        f.write_all_at(&[0x3C; 64], at)
+            .and_then(|()| f.sync_data())
+            .map_err(|e| e.to_string())?;
+        lat.push(a.elapsed().as_nanos() as f64);
+    }
+    let rate = lat.len() as f64 / t0.elapsed().as_secs_f64();
+    drop(f);
+    let _ = std::fs::remove_file(&path);
+    Ok(Sample::new()
+        .with("rate", rate)
+        .with("p50", quantile(&mut lat, 0.5))
+        .with("p99", quantile(&mut lat, 0.99)))
+}
+
+/// Sequential write bandwidth of the disk under `dir`: bytes per second of 1 MiB writes for
+/// `span`, then one `fdatasync`.
+fn bandwidth(dir: &Path, span: Duration) -> Result<f64, String> {
+    let path = dir.join("bandwidth");
+    let mut f = std::fs::File::create(&path).map_err(|e| e.to_string())?;
+    let block = vec![0x5Au8; 1 << 20];
+    let t0 = Instant::now();
+    let mut n = 0u64;
+    while t0.elapsed() < span || n < 4 {
+        f.write_all(&block).map_err(|e| e.to_string())?;
+        n += 1;
+    }
+    f.sync_data().map_err(|e| e.to_string())?;
+    let secs = t0.elapsed().as_secs_f64();
+    drop(f);
+    let _ = std::fs::remove_file(&path);
+    Ok((n << 20) as f64 / secs)
+}
+
+/// The scratch directory (removed when dropped) and whether its file system keeps data in
+/// memory only.
+struct Scratch {
+    dir: PathBuf,
+    memory: Option<&'static str>,
+}
+
+impl Scratch {
+    fn new() -> Result<Scratch, String> {
+        let base = std::env::var_os("SPINDLE_LAB_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("."));
+        let dir = base.join(format!(".spindle-lab-wal-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let memory = rustix::fs::statfs(&dir).ok().and_then(|s| match s.f_type {
+            0x0102_1994 => Some("tmpfs"),
+            0x8584_58f6 => Some("ramfs"),
+            _ => None,
+        });
+        Ok(Scratch { dir, memory })
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Experiment for WalLab {
+    fn info(&self) -> Info {
+        Info {
+            name: "wal",
+            title: "Write-ahead log: durable appends per second and ack latency, 1 to 64 writers",
+            summary: "spindle-wal append_durable vs fdatasync per append, okaywal, SQLite (WAL, synchronous=FULL) and redb; 64 B and 4 KiB records; 1, 4, 16, 64 writers; against this disk's fsync rate and bandwidth",
+            question: "How many durable appends per second do N writers get when one fdatasync serves a whole \
+                       batch, against this disk's fsync rate and bandwidth and against the logs and stores a \
+                       Rust program would otherwise use; and how long does each writer wait for its ack?",
+            references: &[],
+            quick_seconds: 24,
+        }
+    }
+
+    fn run(&self, ctx: &mut Ctx) -> Result<(), String> {
+        let scratch = Scratch::new()?;
+        let span = Duration::from_millis(match ctx.profile {
+            Profile::Full => 100,
+            _ => 12,
+        });
+        ctx.status("opening the logs and stores");
+        let stores: Vec<(Who, Store)> = CONTESTANTS
+            .iter()
+            .map(|&w| Ok((w, Store::open(w, &scratch.dir.join(w.id()))?)))
+            .collect::<Result<_, String>>()?;
+        let bw = std::rc::Rc::new(std::cell::Cell::new(f64::NAN));
+        let fsync = std::rc::Rc::new(std::cell::Cell::new(f64::NAN));
+        let mut plan = Plan::new();
+        plan.param("directory", scratch.dir.display().to_string());
+        plan.param(
+            "run",
+            format!(
+                "each contestant appends for {} ms per trial",
+                span.as_millis()
+            ),
+        );
+        plan.param("bound", "min(0.9 × writers × F, 0.8 × B / record bytes): F the fsync rate (fdatasync per 64-byte append, one writer), B the sequential bandwidth; both measured in this run");
+        if let Some(fs) = scratch.memory {
+            plan.note(format!("THE DIRECTORY IS ON A {fs}: fsync costs nothing there, and these figures say nothing about a disk. Set SPINDLE_LAB_DIR to a directory on a disk."));
+        }
+        plan.section(
+            Section::new(
+                "fsync",
+                "This disk's fsync rate: 64-byte writes into a file of zeros",
+            )
+            .metric(Metric::rate("rate", "fdatasync per second").higher_is_better())
+            .metric(Metric::time("p50", "fdatasync latency, median"))
+            .metric(Metric::time("p99", "fdatasync latency, p99")),
+        );
+        let (dir, f) = (scratch.dir.clone(), fsync.clone());
+        plan.variant(Variant::fixed(
+            "fsync",
+            "disk-fsync",
+            "write 64 bytes + fdatasync, one thread",
+            move || {
+                let s = fsync_rate(&dir, span).unwrap_or_else(|e| panic!("fsync rate: {e}"));
+                f.set(s.value("rate").unwrap_or(f64::NAN));
+                s
+            },
+        ));
+        plan.section(
+            Section::new("disk", "This disk's sequential write bandwidth")
+                .metric(Metric::rate("bytes", "bytes per second, 1 MiB writes").higher_is_better()),
+        );
+        let (dir, b) = (scratch.dir.clone(), bw.clone());
+        plan.variant(Variant::fixed(
+            "disk",
+            "disk-bandwidth",
+            "1 MiB writes, then fdatasync",
+            move || {
+                let v = bandwidth(&dir, span).unwrap_or_else(|e| panic!("bandwidth: {e}"));
+                b.set(v);
+                Sample::new().with("bytes", v)
+            },
+        ));
+        for size in SIZES {
+            let section = if size == 64 { "b64" } else { "k4" };
+            plan.section(
+                Section::new(section, format!("{size}-byte records, durable appends"))
+                    .baseline(format!("{section}-1-fsync"))
+                    .metric(Metric::rate("rate", "durable appends per second").higher_is_better())
+                    .metric(Metric::time("p50", "ack latency, median"))
+                    .metric(Metric::time("p99", "ack latency, p99")),
+            );
+            for writers in WRITERS {
+                for (who, store) in &stores {
+                    plan.variant(
+                        Variant::fixed(
+                            section,
+                            format!("{section}-{writers}-{}", who.id()),
+                            format!("{}, {writers} writers", who.label()),
+                            move || run(store, writers, size, span),
+                        )
+                        .threads(writers),
+                    );
+                }
+                if writers > 1 {
+                    let (f, b) = (fsync.clone(), bw.clone());
+                    plan.variant(Variant::fixed(
+                        section,
+                        format!("{section}-{writers}-bound"),
+                        format!("the bound for {writers} writers"),
+                        move || {
+                            let by_fsync = 0.9 * writers as f64 * f.get();
+                            let by_bandwidth =
+                                0.8 * b.get() / (size + spindle_wal::format::FRAME) as f64;
+                            Sample::new().with("rate", by_fsync.min(by_bandwidth))
+                        },
+                    ));
+                }
+            }
+        }
+        claims(&mut plan);
+        ctx.measure(plan)
+    }
+}
+
+fn claims(plan: &mut Plan<'_>) {
+    plan.claim(
+        Claim::guarantee(
+            "wal-one-writer",
+            "One writer gets at least 0.95 × this disk's fsync rate in durable 64-byte appends",
+        )
+        .ratio("b64-1-spindle", "disk-fsync")
+        .metric("rate")
+        .at_least(0.95),
+    );
+    for section in ["b64", "k4"] {
+        for writers in [4, 16, 64] {
+            plan.claim(
+                Claim::guarantee(
+                    Box::leak(format!("wal-{section}-{writers}-writers").into_boxed_str()),
+                    format!("{writers} writers get at least min(0.9 × {writers} × F, 0.8 × bandwidth) durable {} appends per second", if section == "b64" { "64-byte" } else { "4-KiB" }),
+                )
+                .ratio(format!("{section}-{writers}-spindle"), format!("{section}-{writers}-bound"))
+                .metric("rate")
+                .at_least(1.0),
+            );
+        }
+        for peer in [Who::Fsync, Who::Okaywal, Who::Sqlite, Who::Redb] {
+            plan.claim(
+                Claim::guarantee(
+                    Box::leak(format!("wal-{section}-16-vs-{}", peer.id()).into_boxed_str()),
+                    format!(
+                        "16 writers get more durable {} appends per second than with {}",
+                        if section == "b64" { "64-byte" } else { "4-KiB" },
+                        peer.label()
+                    ),
+                )
+                .ratio(
+                    format!("{section}-16-spindle"),
+                    format!("{section}-16-{}", peer.id()),
+                )
+                .metric("rate")
+                .at_least(1.0),
+            );
+        }
+    }
+    for writers in WRITERS {
+        plan.claim(
+            Claim::guarantee(
+                Box::leak(format!("wal-ack-p99-{writers}").into_boxed_str()),
+                format!("With {writers} writers, the p99 ack latency of a 64-byte append is at most 2.5 × this disk's fsync p99"),
+            )
+            .ratio(format!("b64-{writers}-spindle"), "disk-fsync")
+            .metric("p99")
+            .at_most(2.5),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_contestant_appends_durably() {
+        let dir = std::env::temp_dir().join(format!("spindle-lab-wal-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for who in CONTESTANTS {
+            let store = Store::open(who, &dir.join(who.id())).unwrap();
+            let s = run(&store, 3, 100, Duration::from_millis(5));
+            let (rate, p99) = (s.value("rate").unwrap(), s.value("p99").unwrap());
+            assert!(rate > 0.0 && p99 > 0.0, "{who:?}: {rate} {p99}");
+        }
+        let f = fsync_rate(&dir, Duration::from_millis(5)).unwrap();
+        assert!(f.value("rate").unwrap() > 0.0);
+        assert!(bandwidth(&dir, Duration::from_millis(5)).unwrap() > 0.0);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
