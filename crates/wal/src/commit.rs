@@ -52,10 +52,27 @@ fn gather(s: &Shared) {
 /// Commits everything pending (nothing if the log failed). The caller holds the writer and
 /// increments `synced` after releasing it.
 pub(crate) fn commit(s: &Shared, w: &mut Writer) {
-    if s.failed.load(Acquire) {
+    // A panic from here on (a `Storage` of the user's) fails the log: the batch taken would
+    // otherwise be lost while later batches are acknowledged after it.
+    struct Unwind<'a>(&'a Shared);
+    impl Drop for Unwind<'_> {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                self.0.fail(&Error::new(
+                    crate::ErrorKind::Io,
+                    "a commit panicked (in the storage?)",
+                ));
+            }
+        }
+    }
+    let _unwind = Unwind(s);
+    if s.failed.load(Acquire) || lock(&s.pending).bytes.is_empty() {
         return;
     }
     gather(s);
+    if s.failed.load(Acquire) {
+        return;
+    }
     let (mut batch, last) = {
         let mut p = lock(&s.pending);
         if p.bytes.is_empty() {
@@ -102,7 +119,11 @@ pub(crate) fn commit(s: &Shared, w: &mut Writer) {
 pub(crate) fn try_lead(s: &Shared) -> bool {
     let mut w = match s.io.try_lock() {
         Ok(w) => w,
-        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        // A commit panicked (and failed the log): nothing more is written.
+        Err(std::sync::TryLockError::Poisoned(_)) => {
+            s.fail(&Error::new(crate::ErrorKind::Io, "a commit panicked"));
+            return true;
+        }
         Err(std::sync::TryLockError::WouldBlock) => return false,
     };
     commit(s, &mut w);
@@ -127,6 +148,7 @@ pub(crate) fn background(s: &Shared) {
         }
     }
     let _guard = Guard(s);
+    let mut retry_at: Option<Instant> = None;
     loop {
         let seen = s.work.value();
         let closing = s.closing.load(Acquire);
@@ -143,21 +165,35 @@ pub(crate) fn background(s: &Shared) {
             (due, window)
         };
         if due && !s.failed.load(Acquire) {
-            let mut w = lock(&s.io);
-            commit(s, &mut w);
-            drop(w);
+            match s.io.lock() {
+                Ok(mut w) => commit(s, &mut w),
+                Err(_) => s.fail(&Error::new(crate::ErrorKind::Io, "a commit panicked")),
+            }
             s.synced.increment();
             continue;
         }
         if closing || s.failed.load(Acquire) {
             return;
         }
-        if s.options.prepare && lock(&s.prepared).is_none() {
-            // Failing to prepare is not a failure of the log: rotation falls back to
-            // allocating.
-            let _ = prepare(s);
+        if s.options.prepare
+            && retry_at.is_none_or(|t| t <= Instant::now())
+            && lock(&s.prepared).is_none()
+        {
+            // Failing to prepare is not a failure of the log (rotation falls back to
+            // allocating); it is tried again a second later, not at once.
+            retry_at = match prepare(s) {
+                Ok(()) => None,
+                Err(_) => {
+                    let _ = s.storage.remove(PREPARED);
+                    Some(Instant::now() + std::time::Duration::from_secs(1))
+                }
+            };
             continue;
         }
+        let wake_at = match (wake_at, retry_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let deadline =
             wake_at.map(|t| Deadline::after(t.saturating_duration_since(Instant::now())));
         let _ = s.work.wait(seen, deadline);
@@ -238,9 +274,29 @@ fn prepare(s: &Shared) -> Result<(), Error> {
     let err = |what: &str, e| Error::io(format!("cannot {what} the next segment"), e);
     let _ = s.storage.remove(PREPARED);
     let f = s.storage.create(PREPARED).map_err(|e| err("create", e))?;
-    write_zeros(&*f, 0, s.options.segment_bytes).map_err(|e| err("write", e))?;
-    if s.closing.load(Acquire) || s.failed.load(Acquire) {
-        return Ok(()); // the next open removes it
+    // Stops (to be tried again later) when the background thread has a commit to do, so that
+    // the durability window holds, or the log closes.
+    let busy = || {
+        if s.closing.load(Acquire) || s.failed.load(Acquire) {
+            return true;
+        }
+        let p = lock(&s.pending);
+        p.bytes.len() >= s.options.batch_bytes
+            || match (s.options.durability, p.since) {
+                (crate::Durability::Within(w), Some(t)) => t.elapsed() >= w / 2,
+                _ => false,
+            }
+    };
+    let mut at = 0;
+    let zeros = vec![0u8; 1 << 20];
+    while at < s.options.segment_bytes {
+        if busy() {
+            return Ok(()); // the next try (or open) removes it
+        }
+        let n = (s.options.segment_bytes - at).min(zeros.len() as u64);
+        f.write_all_at(&zeros[..n as usize], at)
+            .map_err(|e| err("write", e))?;
+        at += n;
     }
     f.sync_data().map_err(|e| err("sync", e))?;
     *slot = Some(f);

@@ -28,42 +28,56 @@
 //!
 //! **Protocol.** Shared state: `pending` (buffer, next LSN; under its lock), the writer (under
 //! its mutex), `durable` (every LSN ≤ it is on stable storage), `failed` (an I/O error
-//! happened), and two event counts: `work` (the background thread sleeps on it) and `synced`
-//! (waiters sleep on it).
+//! happened, or a commit panicked), three event counts — `work` (the background thread sleeps
+//! on it), `synced` (waiters sleep on it), `appended` (a gathering committer sleeps on it) —
+//! and the `gathering` flag.
 //!
 //! ```text
 //! wait_durable(lsn): loop { v = synced.value()
 //!                           if durable ≥ lsn: return Ok      if failed: return Err
 //!                           if writer.try_lock(): commit(); unlock; synced.increment()
 //!                           else: synced.wait(v) }
-//! commit():          take pending (under its lock); write it; fdatasync
+//! commit():          return if failed or nothing is pending
+//!                    gather(); return if failed
+//!                    take pending (under its lock); write it; fdatasync
 //!                    on error: failed = true, synced.increment(), stop
 //!                    durable = last LSN taken; rotate the segment if it is full
+//! gather():          if fewer records are pending than threads waited for the last batch:
+//!                    gathering = true; wait on `appended` until as many are pending, or half
+//!                    a sync (moving average) has passed; gathering = false
 //! background:        loop { v = work.value()
 //!                           if pending is full, older than the window, or the log closes:
-//!                               writer.lock(); commit(); unlock; synced.increment()
-//!                           else: work.wait(v, window deadline) }
+//!                               writer.lock(); commit(); unlock; synced.increment(); continue
+//!                           exit if closing or failed
+//!                           if no next segment is prepared: prepare one (zeros), stopping
+//!                               when a commit is due; continue
+//!                           work.wait(v, window deadline) }
 //! append(r):         lock pending; frame r; unlock
 //!                    work.increment() if the batch is now full, or (window mode) it was empty
+//!                    appended.increment() if gathering
 //! ```
 //!
 //! **No lost wake-up.** A waiter reads `synced`'s version *before* it checks `durable`,
 //! `failed` and the writer's mutex. If its `try_lock` fails, another thread holds the writer,
-//! and that thread increments `synced` only *after* it releases the writer — after the failed
-//! `try_lock`, so after the waiter's read of the version: the waiter's wait returns at once if
-//! it comes late, and the waiter tries again. (The failed `try_lock` is a `lock cmpxchg` and
-//! the increment a `lock xadd`, both full barriers on x86-64.) `durable` and `failed` are
-//! stored before the increment, with Release; the waiter loads them with Acquire after its
-//! version read. The background thread reads `work`'s version before it looks at `pending`, and
-//! an appender changes `pending` before it increments `work`, so the same argument holds.
+//! and that thread increments `synced` only *after* it releases the writer: after the failed
+//! `try_lock` read the locked mutex, so after the waiter's read of the version. The waiter's
+//! wait then returns at once if it comes late, and the waiter tries again. `durable` and
+//! `failed` are stored before the increment (Release); the waiter loads them after its version
+//! read (Acquire). The background thread reads `work`'s version before it looks at `pending`,
+//! and an appender changes `pending` before it increments `work`: the same argument. A
+//! gathering committer is not woken by a rule of this kind (an appender may read `gathering`
+//! just before it is set); a signal it misses costs at most its deadline, half a sync.
 //!
 //! **Durability.** A committer publishes `durable = L` only after `fdatasync` returned success
 //! for a write that ended with record `L`; batches are written in LSN order, one committer at a
 //! time, and nothing is written after a failure: so every record ≤ `L` was synced. A record is
 //! acknowledged (`append_durable`, `wait_durable` or `flush` returns `Ok`) only when `durable`
-//! reaches it. Recovery (see [`mod@format`]) keeps every record of the last segment up to the
-//! first torn or damaged one, which can only come after the last synced byte, and writes again
-//! and syncs what it keeps; earlier segments were synced whole before the next one was begun.
+//! reaches it. Recovery (see [`mod@format`]) reads the last segment up to the first torn or
+//! damaged record, or to a frame of zeros (the end of the data in a segment written or
+//! allocated ahead), cuts anything after that, writes again and syncs what it keeps, and syncs
+//! the directory; a last segment with no valid header and nothing but zeros after it (its
+//! creation never completed, so it holds no record) is removed and the one before it goes on.
+//! Earlier segments were synced whole before the next one was begun.
 //!
 //! **Errors.** A failed write or sync marks the log failed: every waiter and every later call
 //! gets [`Error`] with the cause, and nothing is retried — after a failed `fsync` Linux may have
@@ -128,10 +142,12 @@ pub struct Options {
     /// The committer writes once this many bytes are pending, even if nobody waits. Default
     /// 4 MiB.
     pub batch_bytes: usize,
-    /// The background thread writes the next segment with zeros ahead of time, so that
-    /// records written into it change no file-system metadata (an `fdatasync` then writes the
-    /// data alone; into blocks only allocated, each sync also commits their conversion).
-    /// Default true; false allocates each segment with `fallocate` when it is begun.
+    /// The first segment of a new log is written with zeros when it is created, and the
+    /// background thread writes the next segment with zeros ahead of time, so that records
+    /// written into them change no file-system metadata (an `fdatasync` then writes the data
+    /// alone; into blocks only allocated, each sync also commits their conversion). A rotation
+    /// that finds no segment prepared allocates one with `fallocate` (where the file system
+    /// can). Default true; false allocates every segment when it is begun.
     pub prepare: bool,
 }
 
@@ -324,13 +340,14 @@ impl Wal {
     pub fn open_on(storage: Box<dyn Storage>, options: Options) -> Result<Wal, Error> {
         if options.max_record > u32::MAX as usize - FRAME
             || options.segment_bytes < HEADER as u64
+            || options.segment_bytes > 1 << 32
             || options.batch_bytes == 0
             || options.batch_bytes > usize::MAX / 4
         {
             return Err(Error::new(
                 ErrorKind::InvalidInput,
-                "max_record must be below 4 GiB, segment_bytes at least 32, batch_bytes at least \
-                 1 and below usize::MAX / 4",
+                "max_record must be below 4 GiB, segment_bytes from 32 bytes to 4 GiB, batch_bytes \
+                 at least 1 and below usize::MAX / 4",
             ));
         }
         storage
@@ -547,9 +564,15 @@ impl Wal {
                 }
             };
             let name = format::segment_name(oldest);
+            // NotFound: removed by an earlier call whose directory sync failed.
+            match s.storage.remove(&name) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(Error::io(format!("cannot remove {name}"), e))
+                }
+                _ => {}
+            }
             s.storage
-                .remove(&name)
-                .and_then(|()| s.storage.sync_dir())
+                .sync_dir()
                 .map_err(|e| Error::io(format!("cannot remove {name}"), e))?;
             lock(&s.segments).remove(0);
         }

@@ -179,6 +179,19 @@ fn bad_directories_give_clear_errors() {
     assert!(msg.contains("missing"), "{msg}");
     let _ = std::fs::remove_dir_all(&dir);
 
+    // A next segment left half prepared (zeros, no header) by a process that died: removed.
+    let dir = scratch("prepared");
+    {
+        let wal = Wal::open(&dir, small()).unwrap();
+        wal.append_durable(b"one").unwrap();
+    }
+    std::fs::write(dir.join("next.wal.tmp"), [0u8; 100]).unwrap();
+    let wal = Wal::open(&dir, small()).unwrap();
+    assert_eq!(wal.recovery().last_lsn, 1);
+    assert_eq!(wal.append_durable(b"two").unwrap(), 2);
+    drop(wal);
+    let _ = std::fs::remove_dir_all(&dir);
+
     // A log open in another process (or twice in this one).
     let dir = scratch("twice");
     let wal = Wal::open(&dir, Options::default()).unwrap();

@@ -85,8 +85,8 @@ impl MemFile {
             for i in out.len()..self.current.len() {
                 out.push(self.durable.get(i).copied().unwrap_or(0));
             }
-            if garbage && keep > common {
-                let at = common + (cut as usize >> 7) % (keep - common);
+            if garbage && keep > common && out.len() > common {
+                let at = common + (cut as usize >> 7) % (keep.min(out.len()) - common);
                 out[at] ^= 0x5A;
             }
             out
