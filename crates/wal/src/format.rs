@@ -11,10 +11,11 @@
 //! Everything is little-endian. LSNs number records 1, 2, 3, … with no gap, across segments:
 //! a segment's records are `first LSN`, `first LSN + 1`, … A segment file is usually written
 //! with zeros or allocated to its full size ahead of its records, which are then followed by
-//! zeros: a frame of zeros is the end of the data, as the end of the file is. A scan stops there, or at the first record whose frame runs past the end of
-//! the file, whose CRC is wrong, or whose LSN is not the next one: everything from there on is the torn tail of a write that never completed (a record is
-//! acknowledged only after the bytes of every record up to it were synced, so the tail never
-//! holds one).
+//! zeros: a frame of zeros is the end of the data, as the end of the file is. A scan stops
+//! there, or at the first record whose frame runs past the end of the file, whose CRC is
+//! wrong, or whose LSN is not the next one: everything from there on is the torn tail of a
+//! write that never completed (a record is acknowledged only after the bytes of every record
+//! up to it were synced, so the tail never holds one).
 
 use crate::crc;
 

@@ -27,8 +27,9 @@
 //!   (a word in a shared mapping); the lab kills it with `SIGKILL` at a random moment and counts
 //!   which of the last [`RECALL_LAST`] completed records the logger left behind: Spindle's
 //!   recording file, or the log file each peer wrote (`tracing` twice: its non-blocking
-//!   writer, and a plain `File` written on every event). The crate's tests check Spindle's recall exactly, for
-//!   `SIGKILL`, panics and every fatal signal; here it stands beside its peers'.
+//!   writer, and a plain `File` written on every event). The crate's tests check Spindle's
+//!   recall exactly, for `SIGKILL`, panics and every fatal signal; here it stands beside its
+//!   peers'.
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
