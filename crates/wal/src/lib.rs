@@ -111,6 +111,8 @@ pub mod crc;
 pub mod format;
 pub mod inspect;
 mod iter;
+#[cfg(feature = "openraft")]
+pub mod raft;
 mod recover;
 pub mod storage;
 
