@@ -1,6 +1,6 @@
-//! openraft's log storage on a spindle-wal log (feature `openraft`): Raft's appends become
-//! group-committed appends, so the entries a leader receives from many clients share each
-//! `fdatasync`.
+//! openraft's log storage on a spindle-wal log (feature `openraft`): the entries of one of
+//! openraft's appends share one `fdatasync` (openraft 0.9 waits for each flush before it
+//! issues the next command, so its appends do not overlap).
 //!
 //! Raft changes its log in ways an append-only log does not: it truncates a conflicting tail,
 //! purges a prefix, and saves its vote and committed id. Each such change is a record of its
@@ -9,9 +9,15 @@
 //! change is durable before openraft is told so: `append` calls back only once its entries
 //! are on stable storage, and the other changes return only then.
 //!
-//! Records are a tag byte and the operation in JSON. The log is not compacted: purged entries
-//! stay in the segments (a checkpoint of the live entries would let `truncate_before` drop
-//! them; not built yet).
+//! Records are a tag byte and the operation in JSON; an operation whose JSON does not read
+//! back as itself (a NaN in the application's data, a map keyed by a struct) is refused with a
+//! storage error, never written. The committed id is appended without waiting (openraft
+//! allows a stale one), so it rides with the next sync.
+//!
+//! Limits: the log is not compacted (purged entries stay in the segments and are read again
+//! at open; a checkpoint of the live entries would let `truncate_before` drop them); and the
+//! calls wait for their sync on the calling thread, which is the async runtime's (a runtime
+//! with several worker threads keeps serving meanwhile; a current-thread one does not).
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -53,10 +59,18 @@ impl<C: RaftTypeConfig> Clone for LogStore<C> {
     }
 }
 
-fn json<T: serde::Serialize>(tag: u8, value: &T) -> Vec<u8> {
+/// The record of operation `tag` on `value`, if its JSON reads back as the same value.
+fn json<T>(tag: u8, value: &T) -> Result<Vec<u8>, Error>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned + PartialEq,
+{
+    let bad = |why: String| Error::new(crate::ErrorKind::InvalidInput, why);
     let mut v = vec![tag];
-    serde_json::to_writer(&mut v, value).expect("openraft's types serialize");
-    v
+    serde_json::to_writer(&mut v, value).map_err(|e| bad(format!("cannot encode: {e}")))?;
+    match serde_json::from_slice::<T>(&v[1..]) {
+        Ok(back) if back == *value => Ok(v),
+        _ => Err(bad("its JSON does not read back as itself (a NaN?)".into())),
+    }
 }
 
 impl<C: RaftTypeConfig> LogStore<C> {
@@ -133,7 +147,7 @@ fn io_error<C: RaftTypeConfig>(
 
 impl<C: RaftTypeConfig> RaftLogReader<C> for LogStore<C>
 where
-    C::Entry: Clone,
+    C::Entry: Clone + PartialEq,
 {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
@@ -150,7 +164,7 @@ where
 
 impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C>
 where
-    C::Entry: Clone,
+    C::Entry: Clone + PartialEq,
 {
     type LogReader = Self;
 
@@ -173,7 +187,8 @@ where
     }
 
     async fn save_vote(&mut self, vote: &Vote<C::NodeId>) -> Result<(), StorageError<C::NodeId>> {
-        self.durable(&json(VOTE, vote))
+        json(VOTE, vote)
+            .and_then(|r| self.durable(&r))
             .map_err(|e| io_error::<C>(StorageIOError::write_vote, e))?;
         self.state().vote = Some(vote.clone());
         Ok(())
@@ -187,7 +202,9 @@ where
         &mut self,
         committed: Option<LogId<C::NodeId>>,
     ) -> Result<(), StorageError<C::NodeId>> {
-        self.durable(&json(COMMITTED, &committed))
+        // Not waited for: a stale committed id is allowed, and it rides with the next sync.
+        json(COMMITTED, &committed)
+            .and_then(|r| self.inner.0.append(&r).map(drop))
             .map_err(|e| io_error::<C>(StorageIOError::write, e))?;
         self.state().committed = committed;
         Ok(())
@@ -212,10 +229,8 @@ where
         // entries share a sync with each other and with whatever else is being appended.
         let mut last = None;
         for e in entries {
-            let lsn = self
-                .inner
-                .0
-                .append(&json(ENTRY, &e))
+            let lsn = json(ENTRY, &e)
+                .and_then(|r| self.inner.0.append(&r))
                 .map_err(|e| io_error::<C>(StorageIOError::write_logs, e))?;
             self.state().entries.insert(e.get_log_id().index, e);
             last = Some(lsn);
@@ -236,18 +251,35 @@ where
     }
 
     async fn truncate(&mut self, log_id: LogId<C::NodeId>) -> Result<(), StorageError<C::NodeId>> {
-        self.durable(&json(TRUNCATE, &log_id.index))
+        json(TRUNCATE, &log_id.index)
+            .and_then(|r| self.durable(&r))
             .map_err(|e| io_error::<C>(StorageIOError::write_logs, e))?;
         self.state().entries.split_off(&log_id.index);
         Ok(())
     }
 
     async fn purge(&mut self, log_id: LogId<C::NodeId>) -> Result<(), StorageError<C::NodeId>> {
-        self.durable(&json(PURGE, &log_id))
+        json(PURGE, &log_id)
+            .and_then(|r| self.durable(&r))
             .map_err(|e| io_error::<C>(StorageIOError::write_logs, e))?;
         let mut st = self.state();
         st.entries = st.entries.split_off(&(log_id.index + 1));
         st.last_purged = Some(log_id);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_whose_json_does_not_read_back_is_refused() {
+        assert!(json(ENTRY, &1.5f64).is_ok());
+        let e = json(ENTRY, &f64::NAN).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::InvalidInput, "{e}");
+        let mut by_struct = BTreeMap::new();
+        by_struct.insert((1u8, 2u8), 3u8);
+        assert!(json(ENTRY, &by_struct).is_err(), "a map keyed by a tuple");
     }
 }
