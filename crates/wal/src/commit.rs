@@ -49,23 +49,23 @@ fn gather(s: &Shared) {
     s.gathering.store(false, SeqCst);
 }
 
+/// Fails the log (waking every waiter) if dropped while its thread panics.
+struct FailOnPanic<'a>(&'a Shared, &'static str);
+
+impl Drop for FailOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.fail(&Error::new(crate::ErrorKind::Io, self.1));
+        }
+    }
+}
+
 /// Commits everything pending (nothing if the log failed). The caller holds the writer and
 /// increments `synced` after releasing it.
 pub(crate) fn commit(s: &Shared, w: &mut Writer) {
     // A panic from here on (a `Storage` of the user's) fails the log: the batch taken would
     // otherwise be lost while later batches are acknowledged after it.
-    struct Unwind<'a>(&'a Shared);
-    impl Drop for Unwind<'_> {
-        fn drop(&mut self) {
-            if std::thread::panicking() {
-                self.0.fail(&Error::new(
-                    crate::ErrorKind::Io,
-                    "a commit panicked (in the storage?)",
-                ));
-            }
-        }
-    }
-    let _unwind = Unwind(s);
+    let _unwind = FailOnPanic(s, "a commit panicked (in the storage?)");
     if s.failed.load(Acquire) || lock(&s.pending).bytes.is_empty() {
         return;
     }
@@ -136,18 +136,7 @@ pub(crate) fn try_lead(s: &Shared) -> bool {
 /// than the durability window, what is pending when the log closes.
 pub(crate) fn background(s: &Shared) {
     // A panic here must not leave waiters asleep: it fails the log.
-    struct Guard<'a>(&'a Shared);
-    impl Drop for Guard<'_> {
-        fn drop(&mut self) {
-            if std::thread::panicking() {
-                self.0.fail(&Error::new(
-                    crate::ErrorKind::Io,
-                    "the committer thread panicked",
-                ));
-            }
-        }
-    }
-    let _guard = Guard(s);
+    let _guard = FailOnPanic(s, "the committer thread panicked");
     let mut retry_at: Option<Instant> = None;
     loop {
         let seen = s.work.value();

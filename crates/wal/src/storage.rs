@@ -87,18 +87,7 @@ impl dyn StorageFile {
     /// The whole file.
     pub(crate) fn read_all(&self) -> io::Result<Vec<u8>> {
         let len = usize::try_from(self.size()?).map_err(|_| io::ErrorKind::OutOfMemory)?;
-        let mut buf = vec![0u8; len];
-        let mut at = 0;
-        while at < len {
-            match self.read_at(&mut buf[at..], at as u64) {
-                Ok(0) => break,
-                Ok(n) => at += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        buf.truncate(at);
-        Ok(buf)
+        self.read_prefix(len)
     }
 }
 

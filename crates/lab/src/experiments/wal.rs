@@ -33,7 +33,8 @@ use crate::spec::{Claim, Info, Metric, Plan, Sample, Section, Variant};
 pub struct WalLab;
 
 const WRITERS: [usize; 4] = [1, 4, 16, 64];
-const SIZES: [usize; 2] = [64, 4096];
+/// Record sizes: bytes, the section's id, and how the claims name them.
+const SIZES: [(usize, &str, &str); 2] = [(64, "b64", "64-byte"), (4096, "k4", "4-KiB")];
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Who {
@@ -345,8 +346,7 @@ impl Experiment for WalLab {
                 Sample::new().with("bytes", v)
             },
         ));
-        for size in SIZES {
-            let section = if size == 64 { "b64" } else { "k4" };
+        for (size, section, _) in SIZES {
             plan.section(
                 Section::new(section, format!("{size}-byte records, durable appends"))
                     .baseline(format!("{section}-1-fsync"))
@@ -401,7 +401,7 @@ fn explain_bounds(r: &mut crate::results::ExperimentResult, cpus: usize) {
     let Some(f) = median(r, "disk-fsync", "rate") else {
         return;
     };
-    for section in ["b64", "k4"] {
+    for (_, section, _) in SIZES {
         for writers in [4usize, 16, 64] {
             let Some(rate) = median(r, &format!("{section}-{writers}-spindle"), "rate") else {
                 continue;
@@ -437,25 +437,25 @@ fn claims(plan: &mut Plan<'_>) {
         .metric("rate")
         .at_least(0.95),
     );
-    for section in ["b64", "k4"] {
+    for (_, section, named) in SIZES {
         for writers in [4, 16, 64] {
             plan.claim(
                 Claim::guarantee(
                     Box::leak(format!("wal-{section}-{writers}-writers").into_boxed_str()),
-                    format!("{writers} writers get at least min(0.9 × {writers} × F, 0.8 × bandwidth) durable {} appends per second", if section == "b64" { "64-byte" } else { "4-KiB" }),
+                    format!("{writers} writers get at least min(0.9 × {writers} × F, 0.8 × bandwidth) durable {named} appends per second"),
                 )
                 .ratio(format!("{section}-{writers}-spindle"), format!("{section}-{writers}-bound"))
                 .metric("rate")
                 .at_least(1.0),
             );
         }
-        for peer in [Who::Fsync, Who::Okaywal, Who::Sqlite, Who::Redb] {
+        for peer in CONTESTANTS.into_iter().filter(|w| *w != Who::Spindle) {
             plan.claim(
                 Claim::guarantee(
                     Box::leak(format!("wal-{section}-16-vs-{}", peer.id()).into_boxed_str()),
                     format!(
                         "16 writers get more durable {} appends per second than with {}",
-                        if section == "b64" { "64-byte" } else { "4-KiB" },
+                        named,
                         peer.label()
                     ),
                 )
