@@ -16,8 +16,18 @@
 //! contestant appends to a file that grows, as a program that calls `fdatasync` after every
 //! `write` does: each of its syncs commits the new length too.
 //!
+//! When /dev/shm is a tmpfs (and the scratch directory is not), spindle-wal also runs there
+//! with 64-byte records (`freesync`): syncs cost nothing, so its rate is what the CPUs allow
+//! writers that block until their record is durable; it explains the N-writer bounds.
+//!
+//! Section `raft` (module `raft`): a three-node openraft cluster on loopback with its logs on
+//! spindle-wal against the same cluster on openraft's in-memory example log with a write and
+//! `fdatasync` per append.
+//!
 //! The files live in `$SPINDLE_LAB_DIR` or the current directory (never the temporary
 //! directory, often a tmpfs); on a tmpfs or ramfs, where fsync is free, the report says so.
+
+mod raft;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -253,6 +263,17 @@ impl Scratch {
         let base = std::env::var_os("SPINDLE_LAB_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("."));
+        Scratch::at(&base)
+    }
+
+    /// A scratch directory on /dev/shm if that is a tmpfs: where a sync costs nothing.
+    fn free_syncs() -> Option<Scratch> {
+        Scratch::at(Path::new("/dev/shm"))
+            .ok()
+            .filter(|s| s.memory.is_some())
+    }
+
+    fn at(base: &Path) -> Result<Scratch, String> {
         let dir = base.join(format!(".spindle-lab-wal-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -276,12 +297,13 @@ impl Experiment for WalLab {
         Info {
             name: "wal",
             title: "Write-ahead log: durable appends per second and ack latency, 1 to 64 writers",
-            summary: "spindle-wal append_durable vs fdatasync per append, okaywal, SQLite (WAL, synchronous=FULL) and redb; 64 B and 4 KiB records; 1, 4, 16, 64 writers; against this disk's fsync rate and bandwidth",
+            summary: "spindle-wal append_durable vs fdatasync per append, okaywal, SQLite (WAL, synchronous=FULL) and redb; 64 B and 4 KiB records; 1, 4, 16, 64 writers; against this disk's fsync rate and bandwidth; a three-node openraft cluster on spindle-wal vs an in-memory log with fdatasync per append",
             question: "How many durable appends per second do N writers get when one fdatasync serves a whole \
                        batch, against this disk's fsync rate and bandwidth and against the logs and stores a \
-                       Rust program would otherwise use; and how long does each writer wait for its ack?",
+                       Rust program would otherwise use; how long does each writer wait for its ack; and \
+                       how many writes per second does a three-node Raft cluster commit on it?",
             references: &[],
-            quick_seconds: 24,
+            quick_seconds: 28,
         }
     }
 
@@ -296,6 +318,12 @@ impl Experiment for WalLab {
             .iter()
             .map(|&w| Ok((w, Store::open(w, &scratch.dir.join(w.id()))?)))
             .collect::<Result<_, String>>()?;
+        // spindle-wal where syncs are free: what its writers get from the CPUs alone.
+        let shm = scratch.memory.is_none().then(Scratch::free_syncs).flatten();
+        let free = match &shm {
+            Some(shm) => Some(Store::open(Who::Spindle, &shm.dir)?),
+            None => None,
+        };
         let bw = std::rc::Rc::new(std::cell::Cell::new(f64::NAN));
         let fsync = std::rc::Rc::new(std::cell::Cell::new(f64::NAN));
         let mut plan = Plan::new();
@@ -366,6 +394,19 @@ impl Experiment for WalLab {
                         .threads(writers),
                     );
                 }
+                if let (Some(store), "b64") = (&free, section) {
+                    plan.variant(
+                        Variant::fixed(
+                            section,
+                            format!("{section}-{writers}-freesync"),
+                            format!(
+                                "spindle-wal on tmpfs (/dev/shm, syncs free), {writers} writers"
+                            ),
+                            move || run(store, writers, size, span),
+                        )
+                        .threads(writers),
+                    );
+                }
                 if writers > 1 {
                     let (f, b) = (fsync.clone(), bw.clone());
                     plan.variant(Variant::fixed(
@@ -382,8 +423,14 @@ impl Experiment for WalLab {
                 }
             }
         }
-        claims(&mut plan);
         let cpus = ctx.cores();
+        ctx.status("starting the raft clusters");
+        let raft_span = Duration::from_millis(match ctx.profile {
+            Profile::Full => 400,
+            _ => 80,
+        });
+        raft::plan(&mut plan, &scratch.dir, raft_span, cpus)?;
+        claims(&mut plan);
         plan.finish(move |r| explain_bounds(r, cpus));
         ctx.measure(plan)
     }
@@ -391,21 +438,28 @@ impl Experiment for WalLab {
 
 /// Where an N-writer bound is not met, what the run says about why: N writers can share each
 /// sync only once every one of them woke up and appended again, so a batch's cycle is a sync
-/// plus that; the bound (0.9 × N × F) leaves a tenth of a sync for it.
+/// plus that; the bound (0.9 × N × F) leaves a tenth of a sync for it. With syncs free (the
+/// `freesync` variants, 64-byte records), what is left is the CPUs' cost of waking each writer
+/// and appending again: the ceiling of any design that blocks each writer until its record
+/// is durable.
 fn explain_bounds(r: &mut crate::results::ExperimentResult, cpus: usize) {
     let median = |r: &crate::results::ExperimentResult, id: &str, m: &str| {
         r.variant(id)
             .and_then(|(_, v)| v.metric(m))
             .map(|m| m.summary.median)
     };
-    let Some(f) = median(r, "disk-fsync", "rate") else {
+    let Some(f) = median(r, "disk-fsync", "rate").filter(|f| f.is_finite() && *f > 0.0) else {
         return;
     };
     for (_, section, _) in SIZES {
         for writers in [4usize, 16, 64] {
-            let Some(rate) = median(r, &format!("{section}-{writers}-spindle"), "rate") else {
+            let measured =
+                |id: String| median(r, &id, "rate").filter(|v| v.is_finite() && *v > 0.0);
+            let Some(rate) = measured(format!("{section}-{writers}-spindle")) else {
                 continue;
             };
+            let free = measured(format!("{section}-{writers}-freesync"));
+            let bound = measured(format!("{section}-{writers}-bound"));
             let id = format!("wal-{section}-{writers}-writers");
             let Some(c) = r.claims.iter_mut().find(|c| c.id == id) else {
                 continue;
@@ -414,7 +468,8 @@ fn explain_bounds(r: &mut crate::results::ExperimentResult, cpus: usize) {
                 continue;
             }
             // Per batch of N records: the time beyond one sync.
-            let cycle_us = writers as f64 / rate * 1e6;
+            let n = writers as f64;
+            let cycle_us = n / rate * 1e6;
             let sync_us = 1e6 / f;
             c.explanation.push_str(&format!(
                 "; the {writers} writers got a record each durable every {cycle_us:.0} µs here, \
@@ -423,6 +478,27 @@ fn explain_bounds(r: &mut crate::results::ExperimentResult, cpus: usize) {
                 (cycle_us - sync_us).max(0.0),
                 sync_us / 9.0
             ));
+            if let (Some(free), Some(bound)) = (free, bound) {
+                let wake_us = n / free * 1e6;
+                c.explanation.push_str(&format!(
+                    "; with syncs free (tmpfs) they got {free:.0} appends/s, {wake_us:.0} µs a \
+                     round of CPU alone{}",
+                    if free < bound {
+                        format!(
+                            ", so the bound ({bound:.0}/s) is above what these CPUs can do even \
+                             with free syncs: out of reach here for any log that blocks each \
+                             writer until its record is durable"
+                        )
+                    } else {
+                        format!(
+                            "; a log that waits for all {writers} after each sync gets at most \
+                             {:.0}/s here; reaching the bound needs their wake-ups to overlap \
+                             the next sync",
+                            n / (sync_us + wake_us) * 1e6
+                        )
+                    }
+                ));
+            }
         }
     }
 }
