@@ -66,7 +66,8 @@
 //! read (Acquire). The background thread reads `work`'s version before it looks at `pending`,
 //! and an appender changes `pending` before it increments `work`: the same argument. A
 //! gathering committer is not woken by a rule of this kind (an appender may read `gathering`
-//! just before it is set); a signal it misses costs at most its deadline, half a sync.
+//! just before it is set); a signal it misses costs at most its deadline, half a sync. The
+//! loom model (`loom_models.rs`) checks this with two writers and the background thread.
 //!
 //! **Durability.** A committer publishes `durable = L` only after `fdatasync` returned success
 //! for a write that ended with record `L`; batches are written in LSN order, one committer at a
@@ -100,9 +101,11 @@ struct ReadmeDoctests;
 use std::fmt;
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::Ordering::*;
+use std::sync::Arc;
+
 use std::time::{Duration, Instant};
+use sync::{AtomicBool, AtomicU64, Mutex, MutexGuard};
 
 use spindle_sync::EventCount;
 
@@ -111,10 +114,13 @@ pub mod crc;
 pub mod format;
 pub mod inspect;
 mod iter;
+#[cfg(all(test, loom))]
+mod loom_models;
 #[cfg(feature = "openraft")]
 pub mod raft;
 mod recover;
 pub mod storage;
+mod sync;
 
 use format::{FRAME, HEADER};
 pub use iter::Iter;
@@ -326,7 +332,7 @@ impl Shared {
 /// A write-ahead log in a directory (see the crate's documentation).
 pub struct Wal {
     shared: Arc<Shared>,
-    committer: Option<std::thread::JoinHandle<()>>,
+    committer: Option<sync::JoinHandle<()>>,
     recovery: Recovery,
 }
 
@@ -387,9 +393,7 @@ impl Wal {
             prepared: Mutex::new(None),
         });
         let s = Arc::clone(&shared);
-        let committer = std::thread::Builder::new()
-            .name("spindle-wal".into())
-            .spawn(move || commit::background(&s))
+        let committer = sync::spawn("spindle-wal", move || commit::background(&s))
             .map_err(|e| Error::io("cannot start the committer thread", e))?;
         Ok(Wal {
             shared,
