@@ -11,6 +11,9 @@
 //! - [`prepaid`]: [`PrepaidBarrier`](prepaid::PrepaidBarrier), the same guarantee as `heavy()`
 //!   without IPIs: wait until every CPU has taken an interrupt or context switch anyway.
 //! - [`smr`]: epoch-based reclamation and hazard pointers whose readers execute no fence.
+//! - [`rotary`]: [`RotarySet`], seed 001's SWMR rotary set: readers pull the head round-robin,
+//!   lock-free in O(1), while one writer at a time inserts and removes under a lock they never
+//!   take.
 //! - [`percpu`]: per-CPU data on restartable sequences (rseq): a counter whose add is one
 //!   plain store, per-CPU stacks of words; glibc's registration adopted, a fallback elsewhere.
 //! - [`futex`]: wait on a 32-bit word with an absolute `CLOCK_MONOTONIC` deadline; wake.
@@ -97,10 +100,12 @@ pub mod prepaid;
 #[allow(unused_imports, dead_code)]
 mod primitives;
 mod rendezvous;
+pub mod rotary;
 mod select;
 pub mod smr;
 pub mod spsc;
 pub mod time;
 
 pub use eventcount::{EventCount, SpEventCount};
+pub use rotary::RotarySet;
 pub use time::{Deadline, IntoDeadline};
