@@ -12,6 +12,7 @@ mod pool;
 pub mod recorder;
 mod rings;
 mod rings_async;
+mod rotary;
 mod sampler;
 mod smr;
 mod spawn;
@@ -28,6 +29,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(locks::Locks),
         Box::new(fences::Fences),
         Box::new(smr::Smr),
+        Box::new(rotary::Rotary),
         Box::new(rings::Rings),
         Box::new(percpu::PerCpu),
         Box::new(affinity::Affinity),
