@@ -30,7 +30,7 @@ pub struct Rotary;
 
 const ITEMS: u64 = 16;
 /// How long the stalled writer stops inside its critical section.
-const PAUSE: Duration = Duration::from_millis(20);
+const PAUSE: Duration = Duration::from_millis(10);
 
 #[derive(Clone, Copy, PartialEq)]
 enum Who {
@@ -219,11 +219,11 @@ impl Experiment for Rotary {
         Info {
             name: "rotary",
             title: "Rotary set: round-robin pulls with a busy writer, and with a writer stalled inside its update",
-            summary: "spindle RotarySet vs Mutex<VecDeque> and RwLock<Vec>: ns per pull with a busy writer; readers' p99.9 and longest pull while the writer stops 20 ms inside its critical section",
+            summary: "spindle RotarySet vs Mutex<VecDeque> and RwLock<Vec>: ns per pull with a busy writer; readers' p99.9 and longest pull while the writer stops 10 ms inside its critical section",
             question: "What does a round-robin pull cost each reader while a writer keeps changing the set, and do the \
                        readers wait when the writer stops in the middle of an update?",
             references: &[],
-            quick_seconds: 10,
+            quick_seconds: 12,
         }
     }
 
@@ -231,7 +231,7 @@ impl Experiment for Rotary {
         let readers = ctx.cores().max(1);
         let span = Duration::from_millis(match ctx.profile {
             Profile::Full => 200,
-            _ => 45,
+            _ => 30,
         });
         let sets: Vec<(Who, Set)> = WHO.iter().map(|&w| (w, Set::new(w))).collect();
         let mut plan = Plan::new();
@@ -283,7 +283,7 @@ fn claims(plan: &mut Plan<'_>) {
     plan.claim(
         Claim::guarantee(
             "rotary-stall-p999",
-            "The rotary set's readers' p99.9 pull latency does not move (at most 1.25 ×) when the writer stops 20 ms inside an update",
+            "The rotary set's readers' p99.9 pull latency does not move (at most 1.25 ×) when the writer stops 10 ms inside an update",
         )
         .ratio("stall-rotary-stalled", "stall-rotary-calm")
         .metric("p999")
@@ -294,7 +294,7 @@ fn claims(plan: &mut Plan<'_>) {
             Claim::guarantee(
                 Box::leak(format!("rotary-stall-max-vs-{}", peer.id()).into_boxed_str()),
                 format!(
-                    "While the writer stops 20 ms inside an update, the rotary set's longest pull is at most a tenth of {}'s",
+                    "While the writer stops 10 ms inside an update, the rotary set's longest pull is at most a tenth of {}'s",
                     peer.label()
                 ),
             )
