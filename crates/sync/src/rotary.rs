@@ -24,9 +24,12 @@
 //!
 //! - nodes in a circular singly-linked list: `value`, `next` (readers only go forward, so
 //!   the seed's backward links are not needed: the writer finds a predecessor by walking);
-//! - `head`: a pair (node, tag) changed only by a 16-byte compare-and-swap (`cmpxchg16b`; a
-//!   lock-protected pair where it is missing and under loom). Readers move the node; only the
-//!   writer changes the tag, once per removal;
+//! - `head`: a pair (node, tag) changed only by a 16-byte compare-and-swap (`cmpxchg16b` on
+//!   x86-64). Readers move the node; only the writer changes the tag, once per insert and
+//!   once per removal. Off x86-64 and under loom the pair's CAS takes a small lock instead,
+//!   readers' pulls included: there the readers are *not* lock-free (a reader preempted in
+//!   that lock delays the others), and the loom models check the protocol over that locked
+//!   pair, not the instruction;
 //! - the writer lock (a [`SpindleLock`]), and a hazard-pointer
 //!   [`Domain`] of the set's own.
 //!
@@ -37,8 +40,9 @@
 //! pull_head(): loop { t = head.tag; h = protect(head.node); n = h.next
 //!                     if CAS(head, (h, t) → (n, t)): return h's value } (lin.: the CAS)
 //! insert(x):   lock; h = head.node
-//!              empty: x.next = x; CAS(head, (null, t) → (x, t))       (lin.: the CAS)
+//!              empty: x.next = x; CAS(head, (null, t) → (x, t+1))     (lin.: the CAS)
 //!              else:  x.next = h.next; h.next = x  (Release)         (lin.: that store)
+//!                     loop { (c, t) = head; CAS(head, (c, t) → (c, t+1)) }
 //! remove(f):   lock; walk from head.node to the first n with f(n.value), p its predecessor
 //!              alone (n.next = n): CAS(head, (n, t) → (null, t+1))
 //!              else: p.next = n.next (Release); loop { (c, t) = head
@@ -58,16 +62,34 @@
 //! removal is still between unlink and CAS, its CAS reads `head = n` and moves it on. The tag
 //! is 64 bits, so it never comes back to a value a stalled reader holds.
 //!
+//! **Round-robin, and its one gap.** A pull whose CAS succeeds moved `head` from `h` to the
+//! `h.next` it read after the tag, and no insert or removal finished its tag step in between:
+//! so `h.next` was still that node, and the pull is exactly "return the head, advance it".
+//! The gap is an insert's own window, between its `h.next` store and its tag step: a reader
+//! that read `h.next` before the store may CAS in that window and skip the new item for one
+//! revolution (the item is in the set, it comes up on the next turn). No item is ever lost,
+//! doubled or freed under a reader. Bumping the tag on inserts closes the rest: without it, a
+//! reader stalled across a whole revolution could skip an inserted item long after.
+//!
+//! **Memory model.** On x86-64 the readers' 8-byte `Acquire` loads of the pair's halves race
+//! with the writer's 16-byte `lock cmpxchg16b`: mixed-size atomics, outside Rust's model but
+//! defined by the hardware (aligned 8-byte loads never tear against the locked 16-byte
+//! read-modify-write, and TSO keeps the reader's loads in order and the unlink store before
+//! the locked instruction). A torn pair only makes the reader's CAS fail.
+//!
 //! **Reclamation.** By invariant 2, once `n` is retired no `protect` of `head.node` can
 //! return it; that is the hazard-pointer contract, so `n` (and its value) is freed only when
 //! no reader's hazard pointer holds it ([`super::smr::hazard`]: readers publish with plain
 //! stores, the reclaimer pays a heavy barrier). A reader's reference stays valid until its
 //! next call on the same [`Reader`].
 //!
-//! **Why readers never wait.** A reader's loop fails only when `head` changed between its
-//! reads and its CAS: another reader advanced it, or a writer removed a node; each is
-//! progress. No reader step waits for the writer, who may stop anywhere (between unlink and
-//! CAS included): the node then at `head` is still valid, and readers pull past it.
+//! **Why readers never wait** (x86-64). A reader's loop fails only when `head` changed between
+//! its reads and its CAS: another reader advanced it, or the writer inserted or removed; each
+//! is progress. No reader step waits for the writer, who may stop anywhere (between unlink
+//! and CAS included): the node then at `head` is still valid, and readers pull past it.
+//!
+//! The writer lock is not re-entrant: `remove`'s predicate must not call `insert` or `remove`
+//! on the same set (it would deadlock).
 
 use std::marker::PhantomData;
 use std::ptr;
@@ -86,8 +108,8 @@ struct Node<T> {
 struct Head<T> {
     node: AtomicPtr<Node<T>>,
     tag: AtomicU64,
-    /// Taken around a pair update where `cmpxchg16b` is not used (no such instruction, or
-    /// loom); readers never take it (their plain loads see each half atomically).
+    /// Taken around a pair CAS where `cmpxchg16b` is not used (off x86-64, and under loom),
+    /// readers' CASes included (see the module documentation).
     #[cfg(any(loom, not(target_arch = "x86_64")))]
     pair: SpindleLock,
 }
@@ -261,8 +283,8 @@ impl<T> RotarySet<T> {
             // SAFETY: `x` is ours until published.
             unsafe { (*x).next.store(x, Relaxed) };
             // Readers do not change a null head, and tags change under this lock only.
-            let set = self.head.cas((ptr::null_mut(), t), (x, t));
-            debug_assert!(set.is_ok());
+            let set = self.head.cas((ptr::null_mut(), t), (x, t + 1));
+            assert!(set.is_ok(), "a null head changed under the writer lock");
         } else {
             // SAFETY: `h` is linked (only this lock's holder unlinks) and not freed; `x` is
             // ours until the Release store publishes it with its `next` set.
@@ -270,13 +292,36 @@ impl<T> RotarySet<T> {
                 (*x).next.store((*h).next.load(Acquire), Relaxed);
                 (*h).next.store(x, Release);
             }
+            // The tag step: a pull that read `h.next` before the store cannot succeed later.
+            self.bump(|c| c);
         }
         self.len.fetch_add(1, Relaxed);
     }
 
-    /// Removes the first item (from the head on) for which `matches` is true; false if none
-    /// does. O(N), under the writer lock; readers go on meanwhile.
-    pub fn remove(&self, mut matches: impl FnMut(&T) -> bool) -> bool {
+    /// Replaces `head = (c, t)` by `(node(c), t + 1)`, retrying while readers move `c`.
+    fn bump(&self, node: impl Fn(*mut Node<T>) -> *mut Node<T>) {
+        let mut cur = self.head.load();
+        while let Err(now) = self.head.cas(cur, (node(cur.0), cur.1 + 1)) {
+            cur = now;
+        }
+    }
+
+    /// Removes an item for which `matches` is true, the first found going round from the
+    /// item after the head (the head's item last); false if none does. O(N), under the
+    /// writer lock; readers go on meanwhile.
+    pub fn remove(&self, matches: impl FnMut(&T) -> bool) -> bool {
+        self.remove_pausing(matches, || {})
+    }
+
+    /// [`remove`](Self::remove), calling `pause` in the middle of the update (after the
+    /// unlink, before the head's tag step), still under the writer lock: for the lab, which
+    /// stops a writer there to show that readers do not wait for it.
+    #[doc(hidden)]
+    pub fn remove_pausing(
+        &self,
+        mut matches: impl FnMut(&T) -> bool,
+        pause: impl FnOnce(),
+    ) -> bool {
         let _w = self.write();
         let (h, _) = self.head.load();
         if h.is_null() {
@@ -304,22 +349,9 @@ impl<T> RotarySet<T> {
             // after this).
             unsafe { (*p).next.store(after, Release) };
         }
-        let mut cur = self.head.load();
-        loop {
-            let node = if cur.0 == n {
-                if after == n {
-                    ptr::null_mut()
-                } else {
-                    after
-                }
-            } else {
-                cur.0
-            };
-            match self.head.cas(cur, (node, cur.1 + 1)) {
-                Ok(()) => break,
-                Err(now) => cur = now,
-            }
-        }
+        pause();
+        let next = if after == n { ptr::null_mut() } else { after };
+        self.bump(|c| if c == n { next } else { c });
         self.len.fetch_sub(1, Relaxed);
         // SAFETY: unlinked and out of `head` for good (invariant 2); made by Box::into_raw;
         // retired once.
@@ -450,9 +482,10 @@ mod tests {
 
 #[cfg(all(test, loom))]
 mod loom_models {
-    //! A reader pulls (and reads what it pulled) while the writer removes an item, reclaims,
-    //! and inserts another: the reader never sees a freed item (each item's drop sets its
-    //! loom flag), pulls only items that were in the set, and the set ends as it should.
+    //! A reader pulls (and reads what it pulled) while the writer removes an item (the head's,
+    //! the next one, or the only one), reclaims, and inserts another: the reader never sees
+    //! a freed item (each item's drop sets its loom flag), pulls only items that were in the
+    //! set, and the set ends as it should, with no freed item in it.
 
     use super::*;
     use loom::sync::atomic::AtomicBool;
@@ -469,7 +502,8 @@ mod loom_models {
         }
     }
 
-    fn model(initial: &'static [usize]) {
+    /// The set starts with `initial`; the writer removes `gone`, reclaims, inserts item 2.
+    fn model(initial: &'static [usize], gone: usize) {
         let mut b = loom::model::Builder::new();
         b.preemption_bound = Some(2);
         b.check(move || {
@@ -498,7 +532,7 @@ mod loom_models {
                     }
                 })
             };
-            assert!(set.remove(|i| i.id == initial[0]));
+            assert!(set.remove(|i| i.id == gone));
             set.domain.reclaim();
             set.insert(Item {
                 id: 2,
@@ -506,9 +540,18 @@ mod loom_models {
             });
             reader.join().unwrap();
             let mut r = set.reader();
-            let mut ids: Vec<usize> = (0..set.len()).map(|_| r.pull_head().unwrap().id).collect();
+            let mut ids: Vec<usize> = (0..set.len())
+                .map(|_| {
+                    let item = r.pull_head().unwrap();
+                    assert!(
+                        !freed[item.id].load(Relaxed),
+                        "a freed item is still in the set"
+                    );
+                    item.id
+                })
+                .collect();
             ids.sort();
-            let mut want: Vec<usize> = initial[1..].to_vec();
+            let mut want: Vec<usize> = initial.iter().copied().filter(|&i| i != gone).collect();
             want.push(2);
             assert_eq!(ids, want);
         });
@@ -516,11 +559,18 @@ mod loom_models {
 
     #[test]
     fn pull_races_remove_reclaim_and_insert() {
-        model(&[0, 1]);
+        model(&[0, 1], 0);
+    }
+
+    /// The removed item is the one after the head: the node a pulling reader is about to
+    /// move the head to.
+    #[test]
+    fn pull_races_removal_of_the_next_item() {
+        model(&[0, 1], 1);
     }
 
     #[test]
     fn pull_races_removal_of_the_only_item() {
-        model(&[0]);
+        model(&[0], 0);
     }
 }

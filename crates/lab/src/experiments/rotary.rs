@@ -9,9 +9,12 @@
 //!   readers together (trial time × readers / pulls).
 //! - **stall**: the same readers time every pull (`Instant`, a few tens of ns of its own)
 //!   while the writer makes one update a third of the way in; in the *stalled* variants it
-//!   stops for [`PAUSE`] inside its critical section (the peers: holding the lock; the rotary
-//!   set: in `remove`'s predicate, under its writer lock), in the *calm* ones it does not.
-//!   Metrics: the readers' p99.9 and longest pull.
+//!   stops for [`PAUSE`] in the middle of the update (the peers: holding the lock their
+//!   readers need; the rotary set: under its writer lock, after unlinking the item and before
+//!   the head's tag step, through `remove_pausing`), in the *calm* ones it does not. Metrics:
+//!   the readers' p99.9 and longest pull. The rotary set's update is two critical sections
+//!   (remove, then insert, the remove walking the ring and its reclaims paying heavy
+//!   barriers); the peers' is one.
 //!
 //! Items are `u64` ids, [`ITEMS`] of them.
 
@@ -89,13 +92,7 @@ impl Set {
         };
         match self {
             Set::Rotary(s) => {
-                let mut first = true;
-                s.remove(|&x| {
-                    if std::mem::take(&mut first) {
-                        stop();
-                    }
-                    x == id
-                });
+                s.remove_pausing(|&x| x == id, stop);
                 s.insert(id);
             }
             Set::Mutex(m) => {
