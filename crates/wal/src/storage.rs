@@ -101,22 +101,10 @@ pub struct Dir {
 impl Dir {
     /// The directory at `path`, created if it does not exist.
     pub fn new(path: impl AsRef<Path>) -> io::Result<Dir> {
-        let path = path.as_ref().to_path_buf();
-        std::fs::create_dir_all(&path)?;
-        if !path.is_dir() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{} is not a directory", path.display()),
-            ));
-        }
-        Ok(Dir {
-            path,
-            lock: std::sync::Mutex::new(None),
-        })
+        std::fs::create_dir_all(path.as_ref())?;
+        Dir::existing(path)
     }
-}
 
-impl Dir {
     /// The directory at `path`, which must exist (for reading a log without changing it).
     pub fn existing(path: impl AsRef<Path>) -> io::Result<Dir> {
         let path = path.as_ref().to_path_buf();
