@@ -108,8 +108,9 @@ fn record_aborts(n: usize) {
     ABORTS.fetch_add(n as u64, Relaxed);
 }
 
-/// The byte offset of the slot index in `struct rseq` for this process.
-fn index_field() -> usize {
+/// The byte offset of the slot index in `struct rseq` for this process: `mm_cid` where the
+/// kernel maintains it (dense ids), `cpu_id` otherwise.
+pub fn index_field() -> usize {
     if registration().mm_cid {
         rseq::MM_CID
     } else {

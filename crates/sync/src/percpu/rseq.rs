@@ -87,12 +87,16 @@ impl Process {
 }
 
 /// The signature that must precede every abort handler: glibc's for x86 (`RSEQ_SIG`).
-pub(crate) const SIGNATURE: u32 = 0x5305_3053;
+pub const SIGNATURE: u32 = 0x5305_3053;
 /// Offsets in `struct rseq` (Linux UAPI): `cpu_id` u32 at 4, `rseq_cs` u64 at 8, `mm_cid` u32
-/// at 24 (Linux 6.3+).
-pub(crate) const CPU_ID: usize = 4;
-pub(crate) const RSEQ_CS: usize = 8;
-pub(crate) const MM_CID: usize = 24;
+/// at 24 (Linux 6.3+). Public for crates that write critical sections of their own
+/// (`spindle-alloc`); they must follow this module's rules (write only `rseq_cs`, put
+/// [`SIGNATURE`] before every abort handler).
+pub const CPU_ID: usize = 4;
+/// See [`CPU_ID`].
+pub const RSEQ_CS: usize = 8;
+/// See [`CPU_ID`].
+pub const MM_CID: usize = 24;
 const ORIGINAL_SIZE: usize = 32;
 
 /// Per-thread state in one word: `UNTRIED`, `NONE` or the address of this thread's area.
@@ -114,10 +118,48 @@ pub fn this_thread_registered() -> bool {
     area().is_some()
 }
 
-/// This thread's `struct rseq`, registering it on first use; None if this thread must take
-/// the fallback.
+/// What [`peek_area`] knows about this thread without deciding anything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peek {
+    /// This thread's registered area.
+    Ready(*mut u8),
+    /// This thread takes the fallback.
+    Fallback,
+    /// Not looked at yet: [`area`] would decide (and may allocate, register, take a lock).
+    Untried,
+}
+
+/// This thread's state without side effects: for a memory allocator, which must not recurse
+/// into its own first use.
 #[inline(always)]
-pub(crate) fn area() -> Option<*mut u8> {
+pub fn peek_area() -> Peek {
+    match AREA.try_with(Cell::get).unwrap_or(NONE) {
+        UNTRIED => Peek::Untried,
+        NONE => Peek::Fallback,
+        a => Peek::Ready(a as *mut u8),
+    }
+}
+
+/// `__rseq_offset` when the process runs on glibc's registration: each thread's area is then
+/// at the thread pointer (`fs:0`) plus this offset, found without thread-local storage. A
+/// thread whose `cpu_id` is negative there was not registered by glibc.
+pub fn glibc_offset() -> Option<isize> {
+    static OFFSET: OnceLock<Option<isize>> = OnceLock::new();
+    *OFFSET.get_or_init(|| {
+        if registration().registration != Registration::Glibc {
+            return None;
+        }
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        return imp::glibc_symbols().map(|(offset, _)| offset);
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+        None
+    })
+}
+
+/// This thread's `struct rseq`, registering it on first use; None if this thread must take
+/// the fallback. It may allocate the first time (a thread-local destructor is registered).
+#[inline(always)]
+pub fn area() -> Option<*mut u8> {
     let a = AREA.with(Cell::get);
     if a > NONE {
         Some(a as *mut u8)

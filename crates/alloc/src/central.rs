@@ -1,0 +1,254 @@
+//! The shared side: one reserved region of address space cut into spans, each span serving
+//! one class; per class, a *frontier* (the next never-used block) and a lock-free stack of
+//! free *batches* that the per-CPU caches trade with.
+//!
+//! # Words
+//! - `REGION`: the base of one `MAP_NORESERVE` reservation, span aligned, with log2 of its
+//!   length in spans in the low bits (one word, so no reader sees one without the other; 0
+//!   until the first allocation); `NEXT_SPAN` the first span no class has taken.
+//! - `SPAN_CLASS[s]`: class + 1 of span `s` (0: not handed out). Written once, before the
+//!   span's first block leaves the allocator; `free` reads it to find a block's class.
+//! - per class `FRONTIER`: `(span << 32) | next block`, one word, moved by CAS; blocks past
+//!   `next` in that span have never been handed out, so their pages are untouched.
+//! - per class `STACK`: `(top, tag)` in 16 bytes, moved only by `cmpxchg16b`. A batch is a
+//!   chain of free blocks through each block's first word; its first block's second word
+//!   links it to the next batch in the stack.
+//!
+//! # Protocols
+//! ```text
+//! push(b):  loop { (t, g) = STACK; b.w1 = t; CAS(STACK, (t, g) → (b, g+1)) }   (lin.: CAS)
+//! pop():    loop { (t, g) = STACK; t == 0: empty; n = t.w1
+//!                  CAS(STACK, (t, g) → (n, g+1)) → t }                           (lin.: CAS)
+//! carve(k): loop { (s, i) = FRONTIER; i < per_span(s): CAS((s, i) → (s, i + k')) → blocks
+//!                  else: s' = NEXT_SPAN++ (or fail); SPAN_CLASS[s'] = c; CAS((s, i) → (s', 0)) }
+//! ```
+//! **ABA.** `pop` reads `t.w1` from a block that another thread may have popped, used and
+//! pushed back meanwhile; the tag grows on every push and pop, so the CAS then fails (a
+//! 64-bit tag does not wrap). The read itself is always of mapped memory: region spans are
+//! never unmapped (only `madvise`d, after which they read as zero), so a stale `t` is
+//! harmless. **Memory model:** 8-byte loads of the pair race with the 16-byte locked CAS:
+//! mixed-size atomics, outside Rust's model but defined on x86-64 (aligned 8-byte loads do
+//! not tear against a locked read-modify-write, and TSO keeps the two loads in order); a
+//! torn pair only fails the CAS. The CAS is a full barrier: a batch's links, written before
+//! its push, are visible to whoever pops it. **Lock-freedom:** every failed CAS means
+//! another thread's succeeded. A carve that loses the race to install a new span abandons
+//! that span: 1 MiB of address space, never touched, so no memory.
+
+use core::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
+
+use crate::classes::{size_of, CLASSES};
+use crate::os;
+
+/// Span size: one class's address range, aligned to itself.
+pub const SPAN: usize = 1 << 20;
+/// Spans in a full region: 64 GiB of address space (not memory: pages are touched on use).
+pub const MAX_SPANS: usize = 1 << 16;
+
+static REGION: AtomicUsize = AtomicUsize::new(0);
+static NEXT_SPAN: AtomicUsize = AtomicUsize::new(0);
+static SPAN_CLASS: [AtomicU8; MAX_SPANS] = [const { AtomicU8::new(0) }; MAX_SPANS];
+
+const NO_SPAN: u64 = u32::MAX as u64;
+static FRONTIER: [AtomicU64; CLASSES] = [const { AtomicU64::new(NO_SPAN << 32) }; CLASSES];
+/// Blocks ever carved from spans, per class.
+pub static CARVED: [AtomicUsize; CLASSES] = [const { AtomicUsize::new(0) }; CLASSES];
+/// Blocks sitting in the shared stacks, per class.
+pub static SHARED: [AtomicUsize; CLASSES] = [const { AtomicUsize::new(0) }; CLASSES];
+
+#[repr(C, align(16))]
+struct Stack {
+    top: AtomicUsize,
+    tag: AtomicU64,
+}
+
+#[repr(C, align(64))]
+struct Padded(Stack);
+
+static STACKS: [Padded; CLASSES] = [const {
+    Padded(Stack {
+        top: AtomicUsize::new(0),
+        tag: AtomicU64::new(0),
+    })
+}; CLASSES];
+
+/// The region's base and length, reserving it on first use (every racing thread reserves;
+/// the losers unmap theirs). Tries 64 GiB, then smaller, for a strict overcommit policy or
+/// an address-space limit; `(0, 0)` if nothing could be reserved.
+fn region() -> (usize, usize) {
+    match REGION.load(Acquire) {
+        0 => reserve_region(),
+        w => decode(w),
+    }
+}
+
+#[inline(always)]
+fn decode(w: usize) -> (usize, usize) {
+    (w & !(SPAN - 1), 1 << (w & 31))
+}
+
+#[cold]
+fn reserve_region() -> (usize, usize) {
+    let mut spans = MAX_SPANS;
+    while spans >= 64 {
+        let len = spans * SPAN + SPAN;
+        let raw = os::reserve(len);
+        if !raw.is_null() {
+            let base = (raw as usize + SPAN - 1) & !(SPAN - 1);
+            let w = base | spans.trailing_zeros() as usize;
+            match REGION.compare_exchange(0, w, AcqRel, Acquire) {
+                Ok(_) => return (base, spans),
+                Err(other) => {
+                    // SAFETY: our own reservation, never used.
+                    unsafe { os::release(raw, len) };
+                    return decode(other);
+                }
+            }
+        }
+        spans /= 4;
+    }
+    (0, 0)
+}
+
+/// The class of a block in the region, or None for a pointer outside it.
+#[inline(always)]
+pub fn class_of_block(p: *mut u8) -> Option<usize> {
+    let (base, spans) = decode(REGION.load(Relaxed));
+    let off = (p as usize).wrapping_sub(base);
+    if base == 0 || off >= spans * SPAN {
+        return None;
+    }
+    match SPAN_CLASS[off / SPAN].load(Relaxed) {
+        0 => None,
+        c => Some(c as usize - 1),
+    }
+}
+
+/// Blocks of class `c` in one span.
+const fn per_span(c: usize) -> u64 {
+    (SPAN / size_of(c)) as u64
+}
+
+/// Up to `k` never-used consecutive blocks of class `c`: their first address and count;
+/// `None` when the region is full (or could not be reserved).
+pub fn carve(c: usize, k: usize) -> Option<(usize, usize)> {
+    let f = &FRONTIER[c];
+    let mut cur = f.load(Acquire);
+    loop {
+        let (span, next) = (cur >> 32, cur & 0xffff_ffff);
+        if span != NO_SPAN && next < per_span(c) {
+            let take = (k as u64).min(per_span(c) - next);
+            match f.compare_exchange_weak(cur, cur + take, AcqRel, Acquire) {
+                Ok(_) => {
+                    CARVED[c].fetch_add(take as usize, Relaxed);
+                    let (base, _) = decode(REGION.load(Relaxed));
+                    let first = base + span as usize * SPAN + next as usize * size_of(c);
+                    return Some((first, take as usize));
+                }
+                Err(now) => cur = now,
+            }
+            continue;
+        }
+        let (_, spans) = region();
+        let s = NEXT_SPAN.fetch_add(1, Relaxed);
+        if s >= spans {
+            return None;
+        }
+        SPAN_CLASS[s].store(c as u8 + 1, Relaxed);
+        match f.compare_exchange(cur, (s as u64) << 32, AcqRel, Acquire) {
+            Ok(_) => cur = (s as u64) << 32,
+            // Someone else installed a span: ours is abandoned (address space only).
+            Err(now) => cur = now,
+        }
+    }
+}
+
+/// The `cmpxchg16b` on a stack's pair.
+///
+/// # Safety
+/// `s` must be a live, 16-byte aligned `Stack`.
+#[inline]
+unsafe fn cas_pair(s: &Stack, old: (usize, u64), new: (usize, u64)) -> bool {
+    let ok: u8;
+    // SAFETY: `lock cmpxchg16b` on the 16-byte aligned pair: compares rdx:rax with it and,
+    // if equal, stores rcx:rbx. rbx belongs to LLVM, so the new low word travels in another
+    // register and is swapped in and out around the instruction.
+    unsafe {
+        core::arch::asm!(
+            "xchg rbx, {lo}",
+            "lock cmpxchg16b xmmword ptr [{p}]",
+            "sete {ok}",
+            "mov rbx, {lo}",
+            p = in(reg) s as *const Stack,
+            lo = inout(reg) new.0 => _,
+            ok = out(reg_byte) ok,
+            inout("rax") old.0 => _,
+            inout("rdx") old.1 => _,
+            in("rcx") new.1,
+            options(nostack),
+        );
+    }
+    ok != 0
+}
+
+/// The block's two link words: the next block of its batch, the next batch.
+#[inline(always)]
+fn link(p: usize, word: usize) -> &'static AtomicUsize {
+    // SAFETY: p is a block of at least 16 bytes in the region (mapped for the process's
+    // life); the words are accessed atomically because a stale pop may read them while
+    // their owner writes (see the module documentation).
+    unsafe { &*(p as *const AtomicUsize).add(word) }
+}
+
+/// The next block in `p`'s batch (0 at its end).
+#[inline(always)]
+pub fn next_in_batch(p: usize) -> usize {
+    link(p, 0).load(Relaxed)
+}
+
+/// Makes `p` point at `next` within its batch.
+#[inline(always)]
+pub fn set_next_in_batch(p: usize, next: usize) {
+    link(p, 0).store(next, Relaxed)
+}
+
+/// Pushes a batch (blocks chained through [`set_next_in_batch`], `n` of them) of class `c`.
+pub fn push_batch(c: usize, first: usize, n: usize) {
+    let s = &STACKS[c].0;
+    SHARED[c].fetch_add(n, Relaxed);
+    loop {
+        let (tag, top) = (s.tag.load(Acquire), s.top.load(Acquire));
+        link(first, 1).store(top, Relaxed);
+        // SAFETY: a static, aligned stack.
+        if unsafe { cas_pair(s, (top, tag), (first, tag.wrapping_add(1))) } {
+            return;
+        }
+    }
+}
+
+/// Pops a batch of class `c`: its first block (the rest follow through [`next_in_batch`]).
+pub fn pop_batch(c: usize) -> Option<usize> {
+    let s = &STACKS[c].0;
+    loop {
+        let (tag, top) = (s.tag.load(Acquire), s.top.load(Acquire));
+        if top == 0 {
+            return None;
+        }
+        let next = link(top, 1).load(Relaxed);
+        // SAFETY: as in push_batch.
+        if unsafe { cas_pair(s, (top, tag), (next, tag.wrapping_add(1))) } {
+            return Some(top);
+        }
+    }
+}
+
+/// Counts a popped batch's blocks out of [`SHARED`] (callers count as they walk it).
+pub fn took_shared(c: usize, n: usize) {
+    SHARED[c].fetch_sub(n, Relaxed);
+}
+
+/// Spans handed out so far and the region's capacity in spans.
+pub fn spans_used() -> (usize, usize) {
+    let (base, spans) = decode(REGION.load(Relaxed));
+    let spans = if base == 0 { 0 } else { spans };
+    (NEXT_SPAN.load(Relaxed).min(spans), spans)
+}
