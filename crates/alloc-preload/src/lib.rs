@@ -15,6 +15,12 @@
 //! Setting `SPINDLE_ALLOC_TRACE=FILE` also records every call into `FILE.PID`
 //! ([`spindle_alloc::trace`]), which `spindle alloc record` drives.
 
+//!
+//! Thread-local storage: on glibc with rseq (2.35+) the fast path uses none. The own-
+//! registration and per-thread modes read Rust thread-locals, which in a shared library go
+//! through `__tls_get_addr`; glibc 2.39 (fixed in 2.40) could recurse into `malloc` there
+//! after a `dlopen` of a library with thread-locals.
+
 use core::ffi::c_void;
 
 use spindle_alloc as sa;
@@ -71,16 +77,23 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
 /// C's `realloc`.
 #[no_mangle]
 pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    let slot = sa::trace::begin();
     // SAFETY: C's contract.
     let q = unsafe { sa::realloc(p.cast(), size) };
     if q.is_null() && size != 0 {
         set_errno(ENOMEM);
     }
-    sa::trace::event(sa::trace::Op::Realloc, size, p as usize, q as usize);
+    sa::trace::finish(slot, sa::trace::Op::Realloc, size, p as usize, q as usize);
     q.cast()
 }
 
 fn aligned(align: usize, size: usize) -> *mut c_void {
+    // glibc's memalign (and aligned_alloc, its alias in 2.36) rounds an alignment that is not
+    // a power of two up to one, and serves small ones like malloc.
+    let Some(align) = align.max(1).checked_next_power_of_two() else {
+        set_errno(EINVAL);
+        return core::ptr::null_mut();
+    };
     let p = out(sa::malloc_aligned(size, align));
     sa::trace::event(sa::trace::Op::Malloc, size, 0, p as usize);
     p
@@ -107,10 +120,6 @@ pub unsafe extern "C" fn posix_memalign(out_p: *mut *mut c_void, align: usize, s
 /// C's `aligned_alloc`.
 #[no_mangle]
 pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
-    if !align.is_power_of_two() {
-        set_errno(EINVAL);
-        return core::ptr::null_mut();
-    }
     aligned(align, size)
 }
 
@@ -118,10 +127,6 @@ pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void
 /// C's (obsolete) `memalign`.
 #[no_mangle]
 pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
-    if !align.is_power_of_two() {
-        set_errno(EINVAL);
-        return core::ptr::null_mut();
-    }
     aligned(align, size)
 }
 

@@ -2,24 +2,42 @@
 //! kernel and C library allow it, per thread otherwise.
 //!
 //! # Layout
-//! One *slab* per cache: for each class, 128 words — the stack's length, then
-//! [`SLOTS`](crate::classes::SLOTS) block addresses. Per-CPU slabs sit side by side in one
-//! `MAP_NORESERVE` reservation, indexed by the thread's `mm_cid` (dense ids, Linux 6.3+) or
-//! `cpu_id` from its `struct rseq`; pages of CPUs and classes never used are never touched.
+//! A *slab* per cache holds, for each class, a 32-byte record of four words:
+//! - `list[0]`, `list[1]`: two free lists (Bonwick's *loaded* and *previous* magazines), each
+//!   one word: the first block's address in the low 48 bits, the list's length in the high
+//!   16; the blocks are chained through their first word;
+//! - `sel`: which list is loaded (0 or 1);
+//! - `bump`: a run of never-used blocks carved from the class's span, as (address, count).
 //!
-//! # Per-CPU operations (rseq)
+//! Per-CPU slabs sit side by side in one `MAP_NORESERVE` reservation, indexed by the thread's
+//! `mm_cid` (dense ids, Linux 6.3+) or `cpu_id` from its `struct rseq`.
+//!
+//! # Operations: every one constant time, every one a single committing store
 //! ```text
-//! pop(c):     i = index; i ≥ MAX_INDEX or cpu_id < 0: no slot
-//!             s = slab(i) + c; n = s.len; n == 0: empty
-//!             p = s.slot[n-1]; s.len = n - 1            (commit: the length store)
-//! push(c, p): … n = s.len; n ≥ cap(c): full
-//!             s.slot[n] = p; s.len = n + 1             (commit: the length store)
+//! pop(c):       w = list[sel]; p = w.addr; p == 0: empty
+//!               list[sel] = (p.next, w.count - 1)                 (commit)
+//! push(c, p):   w = list[sel]; w.count >= cap(c): full
+//!               p.next = w.addr;  list[sel] = (p, w.count + 1)   (commit)
+//! bump(c):      w = bump; w.count == 0: empty
+//!               bump = (w.addr + size, w.count - 1)  → w.addr      (commit)
+//! swap(c, off, old, new): word[off] == old: word[off] = new        (commit)
 //! ```
-//! The kernel restarts a sequence from the top if the thread is preempted, migrated or
-//! signalled before its commit, so each runs as if alone on its CPU: the stack is owned by
-//! whichever thread runs there. A push's slot store above the length is invisible until the
-//! commit. Linearisation point: the commit store. The index and the slab are read inside the
-//! sequence, so a migration before the commit restarts it on the new CPU's slab.
+//! Each runs as a restartable sequence: the kernel restarts it from the top if the thread is
+//! preempted, migrated or signalled before the commit, so it acts as if alone on its CPU, and
+//! the CPU's record belongs to whichever thread runs there. The index and the record are
+//! read inside the sequence. Linearisation point: the commit. `push`'s link store goes into
+//! the caller's own block before the commit (rewritten if restarted). `swap` lets the slow
+//! paths (in Rust, reading the record without a sequence) change one word only if it still
+//! holds what they read: flipping `sel`, installing a batch into an empty list or a new run
+//! into `bump`, taking a full list. A stale read only makes a `swap` fail or flip to a list
+//! that has just emptied (a miss, never a lost or doubled block: each list word moves only
+//! through these commits).
+//!
+//! The two lists make the slow paths rare in every pattern (Bonwick): an allocation that
+//! finds the loaded list empty flips to the other one if it holds blocks; a free that finds
+//! it full flips to the other if it is empty, and otherwise hands the other (full) list to
+//! the shared stack whole — one CAS, no walk — and flips to the emptied one. So at least
+//! `cap(c)` operations pass between two visits to the shared stacks, and a visit is O(1).
 //!
 //! # Which cache a thread uses
 //! - **glibc**: glibc registered every thread's area; it is found at `fs:0 + __rseq_offset`
@@ -29,26 +47,50 @@
 //!   may allocate (a thread-local destructor), so it runs under a per-thread guard and the
 //!   allocations it makes go straight to the shared stacks.
 //! - **thread**: no restartable sequences (or the slab reservation failed): each thread
-//!   gets a slab of its own on first use, flushed to the shared stacks by a `pthread_key`
-//!   destructor when the thread exits.
+//!   gets a slab of its own on first use (the same operations without sequences), flushed
+//!   to the shared stacks by a `pthread_key` destructor when the thread exits.
 //!
-//! `SPINDLE_ALLOC_CACHE=thread` forces thread caches. During the process's first allocation (the mode being decided) allocations take the
-//! shared stacks directly.
+//! `SPINDLE_ALLOC_CACHE=thread` forces thread caches. During the process's first allocation
+//! (the mode being decided) allocations take the shared stacks directly.
 
 use core::cell::Cell;
 use core::sync::atomic::{AtomicIsize, AtomicU8, AtomicUsize, Ordering::*};
 
 use spindle_sync::percpu::rseq::{self, Peek};
 
-use crate::classes::{cache_capacity, CLASSES};
+use crate::classes::{cache_capacity, size_of, CLASSES};
 use crate::os;
 
-/// Bytes of one class's stack in a slab (the length and the slots).
-pub const CLASS_BYTES: usize = 128 * 8;
-/// Bytes of one slab.
-pub const SLAB_BYTES: usize = CLASSES * CLASS_BYTES;
+/// Bytes of one class's record in a slab.
+pub const RECORD: usize = 32;
+/// Byte offsets in a record.
+pub const LIST0: usize = 0;
+/// See [`LIST0`].
+pub const SEL: usize = 16;
+/// See [`LIST0`].
+pub const BUMP: usize = 24;
+/// Bytes of one slab (rounded to whole 128-byte line pairs).
+pub const SLAB_BYTES: usize = (CLASSES * RECORD).div_ceil(128) * 128;
 /// Per-CPU slabs reserved: `mm_cid`s and CPU numbers at or above this use thread caches.
 pub const MAX_INDEX: usize = 1024;
+
+/// The address in a packed (address, count) word.
+#[inline(always)]
+pub const fn addr(w: usize) -> usize {
+    w & ((1 << 48) - 1)
+}
+
+/// The count in a packed word.
+#[inline(always)]
+pub const fn count(w: usize) -> usize {
+    w >> 48
+}
+
+/// Packs an address and a count.
+#[inline(always)]
+pub const fn pack(a: usize, n: usize) -> usize {
+    a | (n << 48)
+}
 
 const UNDECIDED: u8 = 0;
 const DECIDING: u8 = 1;
@@ -64,9 +106,9 @@ static SLABS: AtomicUsize = AtomicUsize::new(0);
 /// What a cache operation did.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Outcome {
-    /// Done: the popped block (0 for a push).
+    /// Done: the block (pop, bump), or 0 (push, swap).
     Done(usize),
-    /// The cache's stack is empty (pop) or full (push).
+    /// Empty (pop, bump), full (push), or changed under us (swap).
     Bounce,
     /// No cache now (the mode is being decided, or this thread is exiting).
     NoCache,
@@ -179,178 +221,330 @@ fn register() -> Result<*mut u8, bool> {
     a.ok_or(true)
 }
 
+
+
+const DONE: usize = 0;
+const BOUNCE: usize = 1;
+const NO_SLOT: usize = 2;
+
+/// A restartable sequence on the calling CPU's record of one class: the shared prologue
+/// (arm `rseq_cs`, check the registration and the index, find the record in rax), the
+/// operation's body (which ends with its commit store, or jumps to 9 for a bounce), the
+/// shared epilogue (status in rax: 0 done, 1 bounce, 2 no slot) and the descriptor and abort
+/// handler (signature, then restart from the top).
+macro_rules! rseq_op {
+    ($area:expr, $index:expr, $base:expr; $($body:literal),+; $($operands:tt)*) => {{
+        let status: usize;
+        core::arch::asm!(
+            "2:",
+            "lea rax, [rip + 3f]",
+            "mov qword ptr [{area} + {cs}], rax",
+            "4:",
+            "mov eax, dword ptr [{area} + {cpu}]",
+            "test eax, eax",
+            "js 7f",
+            "mov eax, dword ptr [{area} + {index}]",
+            "cmp rax, {n}",
+            "jae 7f",
+            "imul rax, rax, {stride}",
+            "add rax, {base}",
+            $($body),+,
+            "5:",
+            "xor eax, eax",
+            "jmp 8f",
+            "7:",
+            "mov eax, 2",
+            "jmp 8f",
+            "9:",
+            "mov eax, 1",
+            "8:",
+            ".pushsection __rseq_cs, \"aw\"",
+            ".balign 32",
+            "3:",
+            ".long 0, 0",
+            ".quad 4b, 5b - 4b, 6f",
+            ".popsection",
+            ".pushsection __rseq_failure, \"ax\"",
+            ".byte 0x0f, 0xb9, 0x3d",
+            ".long {sig}",
+            "6:",
+            "jmp 2b",
+            ".popsection",
+            area = in(reg) $area,
+            index = in(reg) $index,
+            base = in(reg) $base,
+            n = const MAX_INDEX,
+            stride = const SLAB_BYTES,
+            cpu = const rseq::CPU_ID,
+            cs = const rseq::RSEQ_CS,
+            sig = const rseq::SIGNATURE,
+            out("rax") status,
+            $($operands)*
+            options(nostack),
+        );
+        status
+    }};
+}
+
+/// # Safety (all four)
+/// `area` is this thread's registered `struct rseq` (or glibc's); `base` is the class's
+/// record offset into the per-CPU slabs; blocks in the lists are class blocks (mapped).
+#[inline(always)]
+unsafe fn pop_rseq(area: *mut u8, index: usize, base: usize) -> (usize, usize) {
+    let p: usize;
+    // SAFETY: the module's protocol; rcx, rdx, r8 are scratch, rdx the popped block.
+    let s = unsafe {
+        rseq_op!(area, index, base;
+            "mov rcx, qword ptr [rax + 16]",
+            "lea rax, [rax + 8*rcx]",
+            "mov rcx, qword ptr [rax]",
+            "mov rdx, rcx",
+            "shl rdx, 16",
+            "shr rdx, 16",
+            "test rdx, rdx",
+            "jz 9f",
+            "mov r8, qword ptr [rdx]",
+            "shr rcx, 48",
+            "sub rcx, 1",
+            "shl rcx, 48",
+            "or rcx, r8",
+            "mov qword ptr [rax], rcx";
+            out("rcx") _, out("rdx") p, out("r8") _,)
+    };
+    (s, p)
+}
+
+#[inline(always)]
+unsafe fn push_rseq(area: *mut u8, index: usize, base: usize, v: usize, cap: usize) -> usize {
+    // SAFETY: as in pop_rseq; the link store goes into v, the caller's block.
+    unsafe {
+        rseq_op!(area, index, base;
+            "mov rcx, qword ptr [rax + 16]",
+            "lea rax, [rax + 8*rcx]",
+            "mov rcx, qword ptr [rax]",
+            "mov rdx, rcx",
+            "shr rdx, 48",
+            "cmp rdx, {cap}",
+            "jae 9f",
+            "shl rcx, 16",
+            "shr rcx, 16",
+            "mov qword ptr [{v}], rcx",
+            "add rdx, 1",
+            "shl rdx, 48",
+            "or rdx, {v}",
+            "mov qword ptr [rax], rdx";
+            v = in(reg) v, cap = in(reg) cap, out("rcx") _, out("rdx") _,)
+    }
+}
+
+#[inline(always)]
+unsafe fn bump_rseq(area: *mut u8, index: usize, base: usize, size: usize) -> (usize, usize) {
+    let p: usize;
+    // SAFETY: as in pop_rseq; the run's address plus its size stays below 2^48.
+    let s = unsafe {
+        rseq_op!(area, index, base;
+            "mov rcx, qword ptr [rax + 24]",
+            "mov rdx, rcx",
+            "shr rdx, 48",
+            "jz 9f",
+            "mov rdx, rcx",
+            "shl rdx, 16",
+            "shr rdx, 16",
+            "add rcx, {size}",
+            "mov r8, 0x1000000000000",
+            "sub rcx, r8",
+            "mov qword ptr [rax + 24], rcx";
+            size = in(reg) size, out("rcx") _, out("rdx") p, out("r8") _,)
+    };
+    (s, p)
+}
+
+#[inline(always)]
+unsafe fn swap_rseq(area: *mut u8, index: usize, base: usize, off: usize, old: usize, new: usize) -> usize {
+    // SAFETY: as in pop_rseq; off is a word of the record.
+    unsafe {
+        rseq_op!(area, index, base;
+            "cmp qword ptr [rax + {off}], {old}",
+            "jne 9f",
+            "mov qword ptr [rax + {off}], {new}";
+            off = in(reg) off, old = in(reg) old, new = in(reg) new,)
+    }
+}
+
+/// Where this thread's operations go: the per-CPU slabs through `area`, or a thread slab.
+enum Target {
+    Cpu(*mut u8),
+    Thread(usize),
+    None,
+}
+
+#[inline(always)]
+fn target() -> Target {
+    match area(MODE.load(Acquire)) {
+        Ok(a) => Target::Cpu(a),
+        Err(true) => thread_slab().map_or(Target::None, Target::Thread),
+        Err(false) => Target::None,
+    }
+}
+
+fn outcome(status: usize, v: usize, retry: impl FnOnce() -> Outcome) -> Outcome {
+    match status {
+        DONE => Outcome::Done(v),
+        BOUNCE => Outcome::Bounce,
+        NO_SLOT => retry(),
+        _ => unreachable!("status {status}"),
+    }
+}
+
 /// Pops a free block of class `c` from this thread's cache.
 #[inline(always)]
 pub fn pop(c: usize) -> Outcome {
-    match area(MODE.load(Acquire)) {
-        Ok(a) => {
-            let base = SLABS.load(Relaxed) + c * CLASS_BYTES;
+    match target() {
+        Target::Cpu(a) => {
+            let base = SLABS.load(Relaxed) + c * RECORD;
             // SAFETY: a registered area of this thread; the slabs' geometry.
-            match unsafe { pop_rseq(a, base, INDEX_FIELD.load(Relaxed)) } {
-                (DONE, p) => Outcome::Done(p),
-                (BOUNCE, _) => Outcome::Bounce,
-                _ => thread_pop(c),
-            }
+            let (s, p) = unsafe { pop_rseq(a, INDEX_FIELD.load(Relaxed), base) };
+            outcome(s, p, || on_thread_slab(|r| plain::pop(r), c))
         }
-        Err(true) => thread_pop(c),
-        Err(false) => Outcome::NoCache,
+        Target::Thread(slab) => plain::pop(slab + c * RECORD),
+        Target::None => Outcome::NoCache,
     }
 }
 
 /// Pushes a free block of class `c` onto this thread's cache.
 #[inline(always)]
 pub fn push(c: usize, p: usize) -> Outcome {
-    match area(MODE.load(Acquire)) {
-        Ok(a) => {
-            let base = SLABS.load(Relaxed) + c * CLASS_BYTES;
-            let cap = cache_capacity(c);
+    let cap = cache_capacity(c);
+    match target() {
+        Target::Cpu(a) => {
+            let base = SLABS.load(Relaxed) + c * RECORD;
             // SAFETY: as in pop.
-            match unsafe { push_rseq(a, base, INDEX_FIELD.load(Relaxed), p, cap) } {
-                DONE => Outcome::Done(0),
-                BOUNCE => Outcome::Bounce,
-                _ => thread_push(c, p),
+            let s = unsafe { push_rseq(a, INDEX_FIELD.load(Relaxed), base, p, cap) };
+            outcome(s, 0, || on_thread_slab(|r| plain::push(r, p, cap), c))
+        }
+        Target::Thread(slab) => plain::push(slab + c * RECORD, p, cap),
+        Target::None => Outcome::NoCache,
+    }
+}
+
+/// Takes the next block of the cache's run of never-used blocks of class `c`.
+pub fn bump(c: usize) -> Outcome {
+    let size = size_of(c);
+    match target() {
+        Target::Cpu(a) => {
+            let base = SLABS.load(Relaxed) + c * RECORD;
+            // SAFETY: as in pop.
+            let (s, p) = unsafe { bump_rseq(a, INDEX_FIELD.load(Relaxed), base, size) };
+            outcome(s, p, || on_thread_slab(|r| plain::bump(r, size), c))
+        }
+        Target::Thread(slab) => plain::bump(slab + c * RECORD, size),
+        Target::None => Outcome::NoCache,
+    }
+}
+
+/// Replaces word `off` of class `c`'s record with `new` if it still holds `old`.
+pub fn swap(c: usize, off: usize, old: usize, new: usize) -> Outcome {
+    match target() {
+        Target::Cpu(a) => {
+            let base = SLABS.load(Relaxed) + c * RECORD;
+            // SAFETY: as in pop.
+            let s = unsafe { swap_rseq(a, INDEX_FIELD.load(Relaxed), base, off, old, new) };
+            outcome(s, 0, || on_thread_slab(|r| plain::swap(r, off, old, new), c))
+        }
+        Target::Thread(slab) => plain::swap(slab + c * RECORD, off, old, new),
+        Target::None => Outcome::NoCache,
+    }
+}
+
+/// The four words of class `c`'s record for this thread now (racy: the slow paths decide
+/// on them and commit with [`swap`]); None without a cache.
+pub fn read(c: usize) -> Option<[usize; 4]> {
+    let r = match target() {
+        Target::Cpu(a) => {
+            // SAFETY: reads this thread's area (the index field).
+            let i = unsafe { core::ptr::read_volatile(a.add(INDEX_FIELD.load(Relaxed)) as *const u32) };
+            // SAFETY: as above.
+            let cpu = unsafe { core::ptr::read_volatile(a.add(rseq::CPU_ID) as *const i32) };
+            if cpu < 0 || i as usize >= MAX_INDEX {
+                thread_slab()? + c * RECORD
+            } else {
+                SLABS.load(Relaxed) + i as usize * SLAB_BYTES + c * RECORD
             }
         }
-        Err(true) => thread_push(c, p),
-        Err(false) => Outcome::NoCache,
+        Target::Thread(slab) => slab + c * RECORD,
+        Target::None => return None,
+    };
+    // SAFETY: a record in the slabs (racy reads of words other threads on this CPU may be
+    // committing; each word is read whole).
+    Some(core::array::from_fn(|k| unsafe { core::ptr::read_volatile((r + 8 * k) as *const usize) }))
+}
+
+/// A thread whose CPU slot is unusable (no index, registration failed) uses its own slab.
+#[cold]
+fn on_thread_slab(op: impl FnOnce(usize) -> Outcome, c: usize) -> Outcome {
+    match thread_slab() {
+        Some(slab) => op(slab + c * RECORD),
+        None => Outcome::NoCache,
     }
 }
 
-const DONE: usize = 0;
-const BOUNCE: usize = 1;
-#[allow(dead_code)] // written by the sections' assembly (`mov eax, 2`)
-const NO_SLOT: usize = 2;
+/// The same operations on a thread's own slab (no other thread touches it).
+mod plain {
+    use super::*;
 
-/// # Safety
-/// `area` must be this thread's registered (or glibc's) `struct rseq`; `base` the class's
-/// offset into the per-CPU slabs.
-#[inline(always)]
-unsafe fn pop_rseq(area: *mut u8, base: usize, index: usize) -> (usize, usize) {
-    let (status, value): (usize, usize);
-    // SAFETY: the module's protocol: a restartable sequence whose only write is the commit
-    // (the length); rax holds the descriptor, then the stack's address, then the status.
-    unsafe {
-        core::arch::asm!(
-            "2:",
-            "lea rax, [rip + 3f]",
-            "mov qword ptr [{area} + {cs}], rax",
-            "4:",
-            "mov eax, dword ptr [{area} + {cpu}]",
-            "test eax, eax",
-            "js 7f",
-            "mov eax, dword ptr [{area} + {index}]",
-            "cmp rax, {n}",
-            "jae 7f",
-            "imul rax, rax, {stride}",
-            "add rax, {base}",
-            "mov rcx, qword ptr [rax]",
-            "test rcx, rcx",
-            "jz 9f",
-            "mov rdx, qword ptr [rax + 8*rcx]",
-            "sub rcx, 1",
-            "mov qword ptr [rax], rcx",
-            "5:",
-            "xor eax, eax",
-            "jmp 8f",
-            "7:",
-            "mov eax, 2",
-            "jmp 8f",
-            "9:",
-            "mov eax, 1",
-            "8:",
-            ".pushsection __rseq_cs, \"aw\"",
-            ".balign 32",
-            "3:",
-            ".long 0, 0",
-            ".quad 4b, 5b - 4b, 6f",
-            ".popsection",
-            ".pushsection __rseq_failure, \"ax\"",
-            ".byte 0x0f, 0xb9, 0x3d",
-            ".long {sig}",
-            "6:",
-            "jmp 2b",
-            ".popsection",
-            area = in(reg) area,
-            index = in(reg) index,
-            base = in(reg) base,
-            n = const MAX_INDEX,
-            stride = const SLAB_BYTES,
-            cpu = const rseq::CPU_ID,
-            cs = const rseq::RSEQ_CS,
-            sig = const rseq::SIGNATURE,
-            out("rax") status,
-            out("rcx") _,
-            out("rdx") value,
-            options(nostack),
-        );
+    fn word(r: usize, off: usize) -> *mut usize {
+        (r + off) as *mut usize
     }
-    (status, value)
-}
 
-/// # Safety
-/// As for [`pop_rseq`]; `cap` at most `SLOTS`.
-#[inline(always)]
-unsafe fn push_rseq(area: *mut u8, base: usize, index: usize, v: usize, cap: usize) -> usize {
-    let status: usize;
-    // SAFETY: as in pop_rseq; the slot store lies above the length, inside the class's
-    // stack (length < cap <= SLOTS), and is not visible until the commit.
-    unsafe {
-        core::arch::asm!(
-            "2:",
-            "lea rax, [rip + 3f]",
-            "mov qword ptr [{area} + {cs}], rax",
-            "4:",
-            "mov eax, dword ptr [{area} + {cpu}]",
-            "test eax, eax",
-            "js 7f",
-            "mov eax, dword ptr [{area} + {index}]",
-            "cmp rax, {n}",
-            "jae 7f",
-            "imul rax, rax, {stride}",
-            "add rax, {base}",
-            "mov rcx, qword ptr [rax]",
-            "cmp rcx, {cap}",
-            "jae 9f",
-            "mov qword ptr [rax + 8*rcx + 8], {v}",
-            "add rcx, 1",
-            "mov qword ptr [rax], rcx",
-            "5:",
-            "xor eax, eax",
-            "jmp 8f",
-            "7:",
-            "mov eax, 2",
-            "jmp 8f",
-            "9:",
-            "mov eax, 1",
-            "8:",
-            ".pushsection __rseq_cs, \"aw\"",
-            ".balign 32",
-            "3:",
-            ".long 0, 0",
-            ".quad 4b, 5b - 4b, 6f",
-            ".popsection",
-            ".pushsection __rseq_failure, \"ax\"",
-            ".byte 0x0f, 0xb9, 0x3d",
-            ".long {sig}",
-            "6:",
-            "jmp 2b",
-            ".popsection",
-            area = in(reg) area,
-            index = in(reg) index,
-            base = in(reg) base,
-            v = in(reg) v,
-            cap = in(reg) cap,
-            n = const MAX_INDEX,
-            stride = const SLAB_BYTES,
-            cpu = const rseq::CPU_ID,
-            cs = const rseq::RSEQ_CS,
-            sig = const rseq::SIGNATURE,
-            out("rax") status,
-            out("rcx") _,
-            options(nostack),
-        );
+    pub fn pop(r: usize) -> Outcome {
+        // SAFETY: this thread's slab record; listed blocks are class blocks.
+        unsafe {
+            let l = word(r, LIST0 + 8 * *word(r, SEL));
+            let p = addr(*l);
+            if p == 0 {
+                return Outcome::Bounce;
+            }
+            *l = pack(*(p as *const usize), count(*l) - 1);
+            Outcome::Done(p)
+        }
     }
-    status
+
+    pub fn push(r: usize, p: usize, cap: usize) -> Outcome {
+        // SAFETY: as in pop; p is the caller's block.
+        unsafe {
+            let l = word(r, LIST0 + 8 * *word(r, SEL));
+            if count(*l) >= cap {
+                return Outcome::Bounce;
+            }
+            *(p as *mut usize) = addr(*l);
+            *l = pack(p, count(*l) + 1);
+        }
+        Outcome::Done(0)
+    }
+
+    pub fn bump(r: usize, size: usize) -> Outcome {
+        // SAFETY: as in pop.
+        unsafe {
+            let b = word(r, BUMP);
+            if count(*b) == 0 {
+                return Outcome::Bounce;
+            }
+            let p = addr(*b);
+            *b = pack(p + size, count(*b) - 1);
+            Outcome::Done(p)
+        }
+    }
+
+    pub fn swap(r: usize, off: usize, old: usize, new: usize) -> Outcome {
+        // SAFETY: as in pop.
+        unsafe {
+            if *word(r, off) != old {
+                return Outcome::Bounce;
+            }
+            *word(r, off) = new;
+        }
+        Outcome::Done(0)
+    }
 }
 
 /// This thread's slab, made on first use; None while it cannot have one.
@@ -376,62 +570,31 @@ fn make_thread_slab() -> Option<usize> {
     Some(slab)
 }
 
-fn stack(slab: usize, c: usize) -> *mut usize {
-    (slab + c * CLASS_BYTES) as *mut usize
-}
-
-#[cold]
-fn thread_pop(c: usize) -> Outcome {
-    let Some(slab) = thread_slab() else {
-        return Outcome::NoCache;
-    };
-    let s = stack(slab, c);
-    // SAFETY: this thread's own slab; the length is at most SLOTS.
-    unsafe {
-        let n = *s;
-        if n == 0 {
-            return Outcome::Bounce;
-        }
-        *s = n - 1;
-        Outcome::Done(*s.add(n))
-    }
-}
-
-#[cold]
-fn thread_push(c: usize, p: usize) -> Outcome {
-    let Some(slab) = thread_slab() else {
-        return Outcome::NoCache;
-    };
-    let s = stack(slab, c);
-    // SAFETY: as in thread_pop.
-    unsafe {
-        let n = *s;
-        if n >= cache_capacity(c) {
-            return Outcome::Bounce;
-        }
-        *s.add(n + 1) = p;
-        *s = n + 1;
-    }
-    Outcome::Done(0)
-}
-
-/// Blocks of class `c` sitting in the per-CPU caches (a racy sum, for statistics).
+/// Blocks of class `c` held by the per-CPU caches (a racy sum, for statistics).
 pub fn cached(c: usize) -> usize {
     let slabs = SLABS.load(Relaxed);
     if slabs == 0 {
         return 0;
     }
-    let mut n = 0;
-    // Only indices the process can have used: mm_cids are below the thread count, CPU
-    // numbers below the CPUs; reading untouched pages would fault them in, so stop at the
-    // possible CPUs.
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    for i in 0..MAX_INDEX.min(cpus.next_power_of_two() * 4) {
-        // SAFETY: a length word in the reservation; a racy read of a stack another CPU
-        // may be changing (a statistic).
-        n += unsafe { core::ptr::read_volatile(stack(slabs + i * SLAB_BYTES, c)) };
-    }
-    n
+    // Only indices the process can have used: mm_cids and CPU numbers are below the possible
+    // CPUs (reading the untouched pages beyond would make them resident).
+    let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible")
+        .ok()
+        .and_then(|s| {
+            s.trim()
+                .split(',')
+                .filter_map(|r| r.rsplit('-').next()?.parse::<usize>().ok())
+                .max()
+        })
+        .map_or(MAX_INDEX, |m| m + 1);
+    (0..MAX_INDEX.min(possible))
+        .map(|i| {
+            let r = slabs + i * SLAB_BYTES + c * RECORD;
+            // SAFETY: words of a record in the reservation; racy reads (a statistic).
+            let w = |off: usize| unsafe { core::ptr::read_volatile((r + off) as *const usize) };
+            count(w(LIST0)) + count(w(LIST0 + 8)) + count(w(BUMP))
+        })
+        .sum()
 }
 
 /// Flushing a thread's slab when it exits (thread mode).

@@ -12,13 +12,13 @@
 //!   `next` in that span have never been handed out, so their pages are untouched.
 //! - per class `STACK`: `(top, tag)` in 16 bytes, moved only by `cmpxchg16b`. A batch is a
 //!   chain of free blocks through each block's first word; its first block's second word
-//!   links it to the next batch in the stack.
+//!   holds the next batch in the stack (low 48 bits) and the batch's length (high 16).
 //!
 //! # Protocols
 //! ```text
-//! push(b):  loop { (t, g) = STACK; b.w1 = t; CAS(STACK, (t, g) → (b, g+1)) }   (lin.: CAS)
-//! pop():    loop { (t, g) = STACK; t == 0: empty; n = t.w1
-//!                  CAS(STACK, (t, g) → (n, g+1)) → t }                           (lin.: CAS)
+//! push(b, k): loop { (t, g) = STACK; b.w1 = (t, k); CAS(STACK, (t, g) → (b, g+1)) } (lin.: CAS)
+//! pop():      loop { (t, g) = STACK; t == 0: empty; (n, k) = t.w1
+//!                    CAS(STACK, (t, g) → (n, g+1)) → (t, k) }                    (lin.: CAS)
 //! carve(k): loop { (s, i) = FRONTIER; i < per_span(s): CAS((s, i) → (s, i + k')) → blocks
 //!                  else: s' = NEXT_SPAN++ (or fail); SPAN_CLASS[s'] = c; CAS((s, i) → (s', 0)) }
 //! ```
@@ -170,15 +170,18 @@ pub fn carve(c: usize, k: usize) -> Option<(usize, usize)> {
 unsafe fn cas_pair(s: &Stack, old: (usize, u64), new: (usize, u64)) -> bool {
     let ok: u8;
     // SAFETY: `lock cmpxchg16b` on the 16-byte aligned pair: compares rdx:rax with it and,
-    // if equal, stores rcx:rbx. rbx belongs to LLVM, so the new low word travels in another
-    // register and is swapped in and out around the instruction.
+    // if equal, stores rcx:rbx and sets ZF. rbx may not be an asm operand, so the new low
+    // word travels in another register and is swapped in and out around the instruction;
+    // the address is pinned to rsi (a `reg` operand could be given rbx, which the swap
+    // changes), and the flag is read after rbx is restored (`mov` keeps the flags; `ok`
+    // may itself be bl).
     unsafe {
         core::arch::asm!(
             "xchg rbx, {lo}",
-            "lock cmpxchg16b xmmword ptr [{p}]",
-            "sete {ok}",
+            "lock cmpxchg16b xmmword ptr [rsi]",
             "mov rbx, {lo}",
-            p = in(reg) s as *const Stack,
+            "sete {ok}",
+            in("rsi") s as *const Stack,
             lo = inout(reg) new.0 => _,
             ok = out(reg_byte) ok,
             inout("rax") old.0 => _,
@@ -211,13 +214,14 @@ pub fn set_next_in_batch(p: usize, next: usize) {
     link(p, 0).store(next, Relaxed)
 }
 
-/// Pushes a batch (blocks chained through [`set_next_in_batch`], `n` of them) of class `c`.
+/// Pushes a batch (blocks chained through [`set_next_in_batch`], `n` of them, at most
+/// 65 535) of class `c`.
 pub fn push_batch(c: usize, first: usize, n: usize) {
     let s = &STACKS[c].0;
     SHARED[c].fetch_add(n, Relaxed);
     loop {
         let (tag, top) = (s.tag.load(Acquire), s.top.load(Acquire));
-        link(first, 1).store(top, Relaxed);
+        link(first, 1).store(top | (n << 48), Relaxed);
         // SAFETY: a static, aligned stack.
         if unsafe { cas_pair(s, (top, tag), (first, tag.wrapping_add(1))) } {
             return;
@@ -225,25 +229,23 @@ pub fn push_batch(c: usize, first: usize, n: usize) {
     }
 }
 
-/// Pops a batch of class `c`: its first block (the rest follow through [`next_in_batch`]).
-pub fn pop_batch(c: usize) -> Option<usize> {
+/// Pops a batch of class `c`: its first block (the rest follow through [`next_in_batch`])
+/// and its length.
+pub fn pop_batch(c: usize) -> Option<(usize, usize)> {
     let s = &STACKS[c].0;
     loop {
         let (tag, top) = (s.tag.load(Acquire), s.top.load(Acquire));
         if top == 0 {
             return None;
         }
-        let next = link(top, 1).load(Relaxed);
+        let w = link(top, 1).load(Relaxed);
+        let (next, n) = (w & ((1 << 48) - 1), w >> 48);
         // SAFETY: as in push_batch.
         if unsafe { cas_pair(s, (top, tag), (next, tag.wrapping_add(1))) } {
-            return Some(top);
+            SHARED[c].fetch_sub(n, Relaxed);
+            return Some((top, n));
         }
     }
-}
-
-/// Counts a popped batch's blocks out of [`SHARED`] (callers count as they walk it).
-pub fn took_shared(c: usize, n: usize) {
-    SHARED[c].fetch_sub(n, Relaxed);
 }
 
 /// Spans handed out so far and the region's capacity in spans.

@@ -60,21 +60,18 @@ pub fn class_aligned(size: usize, align: usize) -> Option<usize> {
     (class_of(size)..CLASSES).find(|&c| size_of(c) % align == 0)
 }
 
-/// How many free blocks of class `c` each CPU's cache holds at most: 64 KiB worth, at least
-/// 4 and at most [`SLOTS`].
+/// How many free blocks of class `c` each of a cache's two lists holds at most (and the
+/// most a run of never-used blocks holds): 64 KiB worth, at least 4 and at most 256.
 pub const fn cache_capacity(c: usize) -> usize {
     let n = 65536 / size_of(c);
     if n < 4 {
         4
-    } else if n > SLOTS {
-        SLOTS
+    } else if n > 256 {
+        256
     } else {
         n
     }
 }
-
-/// Slots in one class's per-CPU stack (the first of 128 words is its length).
-pub const SLOTS: usize = 127;
 
 #[cfg(test)]
 mod tests {

@@ -175,60 +175,74 @@ fn alloc_class(c: usize) -> *mut u8 {
     }
 }
 
-/// The cache was empty (or there is none): take a batch from the shared stack, or carve new
-/// blocks, keep one for the caller and put the rest in the cache.
+/// The loaded list was empty: flip to the other list if it holds blocks, else take a
+/// never-used block from the cache's run, else a batch from the shared stack (installed as
+/// the loaded list), else a new run from the class's span. Each step is O(1).
 #[cold]
 #[inline(never)]
 fn refill(c: usize, o: Outcome) -> *mut u8 {
-    let cached = o != Outcome::NoCache;
-    if let Some(first) = central::pop_batch(c) {
-        let (mut rest, mut took) = (central::next_in_batch(first), 1);
-        while cached && rest != 0 {
-            let next = central::next_in_batch(rest);
-            match cache::push(c, rest) {
-                Outcome::Done(_) => (rest, took) = (next, took + 1),
-                _ => break,
+    use cache::{addr, count, pack, BUMP, LIST0, SEL};
+    if o == Outcome::NoCache {
+        return alone(c);
+    }
+    let size = size_of(c);
+    for _ in 0..4 {
+        let Some([l0, l1, sel, bump]) = cache::read(c) else {
+            break;
+        };
+        let (loaded, other) = if sel == 0 { (l0, l1) } else { (l1, l0) };
+        if addr(loaded) == 0 && addr(other) != 0 {
+            cache::swap(c, SEL, sel, sel ^ 1);
+        } else if addr(loaded) == 0 && count(bump) != 0 {
+            if let Outcome::Done(p) = cache::bump(c) {
+                return p as *mut u8;
             }
+            continue;
+        } else if addr(loaded) == 0 {
+            if let Some((first, n)) = central::pop_batch(c) {
+                let rest = central::next_in_batch(first);
+                if n > 1 && cache::swap(c, LIST0 + 8 * sel, 0, pack(rest, n - 1)) != Outcome::Done(0) {
+                    central::push_batch(c, rest, n - 1);
+                }
+                return first as *mut u8;
+            }
+            let Some((first, n)) = central::carve(c, cache_capacity(c)) else {
+                return os::large_alloc(size, 1 << size.trailing_zeros());
+            };
+            if n > 1 && cache::swap(c, BUMP, bump, pack(first + size, n - 1)) != Outcome::Done(0) {
+                // Rare (this thread moved between the read and the swap): the run goes to the
+                // shared stack, linked.
+                for k in 1..n - 1 {
+                    central::set_next_in_batch(first + k * size, first + (k + 1) * size);
+                }
+                central::set_next_in_batch(first + (n - 1) * size, 0);
+                central::push_batch(c, first + size, n - 1);
+            }
+            return first as *mut u8;
         }
-        let mut left = 0;
-        let mut q = rest;
-        while q != 0 {
-            left += 1;
-            q = central::next_in_batch(q);
+        if let Outcome::Done(p) = cache::pop(c) {
+            return p as *mut u8;
         }
-        central::took_shared(c, took + left);
-        if rest != 0 {
-            central::push_batch(c, rest, left);
+    }
+    alone(c)
+}
+
+/// An allocation without a cache (the mode being decided, a thread exiting): a batch's first
+/// block (the rest goes back), or one block carved alone.
+fn alone(c: usize) -> *mut u8 {
+    if let Some((first, n)) = central::pop_batch(c) {
+        if n > 1 {
+            central::push_batch(c, central::next_in_batch(first), n - 1);
         }
         return first as *mut u8;
     }
-    let want = if cached {
-        cache_capacity(c).div_ceil(2)
-    } else {
-        1
-    };
-    let Some((first, n)) = central::carve(c, want) else {
-        // The region is full: map the block alone, aligned as its class's blocks are.
-        let size = size_of(c);
-        return os::large_alloc(size, 1 << size.trailing_zeros());
-    };
-    let size = size_of(c);
-    let mut i = 1;
-    while i < n {
-        match cache::push(c, first + i * size) {
-            Outcome::Done(_) => i += 1,
-            _ => break,
+    match central::carve(c, 1) {
+        Some((p, _)) => p as *mut u8,
+        None => {
+            let size = size_of(c);
+            os::large_alloc(size, 1 << size.trailing_zeros())
         }
     }
-    if i < n {
-        let b = first + i * size;
-        for k in i..n - 1 {
-            central::set_next_in_batch(first + k * size, first + (k + 1) * size);
-        }
-        central::set_next_in_batch(first + (n - 1) * size, 0);
-        central::push_batch(c, b, n - i);
-    }
-    first as *mut u8
 }
 
 /// Blocks of classes this large may give their pages back (see the crate documentation).
@@ -236,24 +250,38 @@ const DISCARD_FROM: usize = 16384;
 /// ... once the class's shared stack holds this many bytes.
 const DISCARD_ABOVE: usize = 1 << 20;
 
-/// The cache was full (or there is none): `p` and half the cache's blocks go to the shared
-/// stack as one batch.
+/// The loaded list was full: flip to the other list if it is empty, else hand the other
+/// (full) list to the shared stack whole and flip to it, emptied. Each step is O(1).
 #[cold]
 #[inline(never)]
 fn spill(c: usize, p: usize, o: Outcome) {
-    central::set_next_in_batch(p, 0);
-    let (mut first, mut n) = (p, 1);
-    if o == Outcome::Bounce {
-        for _ in 0..cache_capacity(c) / 2 {
-            match cache::pop(c) {
-                Outcome::Done(q) => {
-                    central::set_next_in_batch(q, first);
-                    (first, n) = (q, n + 1);
+    use cache::{addr, count, LIST0, SEL};
+    if o != Outcome::NoCache {
+        for _ in 0..4 {
+            let Some([l0, l1, sel, _]) = cache::read(c) else {
+                break;
+            };
+            let (loaded, other) = if sel == 0 { (l0, l1) } else { (l1, l0) };
+            if count(loaded) >= cache_capacity(c) {
+                if addr(other) == 0 {
+                    cache::swap(c, SEL, sel, sel ^ 1);
+                } else if cache::swap(c, LIST0 + 8 * (sel ^ 1), other, 0) == Outcome::Done(0) {
+                    give_back(c, addr(other), count(other));
+                    cache::swap(c, SEL, sel, sel ^ 1);
                 }
-                _ => break,
+            }
+            if cache::push(c, p) == Outcome::Done(0) {
+                return;
             }
         }
     }
+    central::set_next_in_batch(p, 0);
+    give_back(c, p, 1);
+}
+
+/// Pushes a batch to the shared stack, first giving back the pages of large blocks when the
+/// stack already holds enough of the class (the documented policy).
+fn give_back(c: usize, first: usize, n: usize) {
     let size = size_of(c);
     if size >= DISCARD_FROM && central::SHARED[c].load(Relaxed) * size >= DISCARD_ABOVE {
         let mut b = first;
@@ -271,22 +299,26 @@ fn spill(c: usize, p: usize, o: Outcome) {
     central::push_batch(c, first, n);
 }
 
-/// Empties a cache slab into the shared stacks (a thread cache at thread exit).
+/// Empties a thread's slab into the shared stacks (at thread exit).
 pub(crate) fn flush_slab(slab: usize) {
+    use cache::{addr, count, BUMP, LIST0, RECORD};
     for c in 0..CLASSES {
-        let s = (slab + c * cache::CLASS_BYTES) as *mut usize;
-        // SAFETY: a slab owned by the calling thread; the length is at most SLOTS.
-        unsafe {
-            let n = *s;
-            if n == 0 {
-                continue;
+        let r = slab + c * RECORD;
+        // SAFETY: a slab owned by the calling thread, read and cleared before it goes.
+        let w = |off: usize| unsafe { core::mem::replace(&mut *((r + off) as *mut usize), 0) };
+        for l in [w(LIST0), w(LIST0 + 8)] {
+            if addr(l) != 0 {
+                central::push_batch(c, addr(l), count(l));
             }
-            for k in 1..=n {
-                let next = if k < n { *s.add(k + 1) } else { 0 };
-                central::set_next_in_batch(*s.add(k), next);
+        }
+        let b = w(BUMP);
+        let (first, n, size) = (addr(b), count(b), size_of(c));
+        if n > 0 {
+            for k in 0..n - 1 {
+                central::set_next_in_batch(first + k * size, first + (k + 1) * size);
             }
-            *s = 0;
-            central::push_batch(c, *s.add(1), n);
+            central::set_next_in_batch(first + (n - 1) * size, 0);
+            central::push_batch(c, first, n);
         }
     }
 }

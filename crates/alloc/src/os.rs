@@ -18,10 +18,18 @@ pub const PAGE: usize = 4096;
 
 /// Bytes currently mapped for large blocks.
 pub static LARGE_MAPPED: AtomicUsize = AtomicUsize::new(0);
+/// System calls made so far (mmap, munmap, madvise, mremap): the lab tells an operation that
+/// was slow because it called the OS from one that was slow for another reason.
+pub static OS_CALLS: AtomicUsize = AtomicUsize::new(0);
+
+fn count_call() {
+    OS_CALLS.fetch_add(1, Relaxed);
+}
 
 /// `len` bytes of fresh zeroed address space, readable and writable, not charged against
 /// the commit limit until touched (`MAP_NORESERVE`); null on failure.
 pub fn reserve(len: usize) -> *mut u8 {
+    count_call();
     // SAFETY: a new anonymous private mapping at an address the kernel chooses.
     unsafe {
         mm::mmap_anonymous(
@@ -39,6 +47,7 @@ pub fn reserve(len: usize) -> *mut u8 {
 /// # Safety
 /// The range must be a mapping (or part of one) that nothing uses any more.
 pub unsafe fn release(p: *mut u8, len: usize) {
+    count_call();
     // SAFETY: the caller's contract. A failure (ENOMEM: splitting a mapping over the limit)
     // leaves the pages mapped: a leak, not an error the caller could act on.
     let _ = unsafe { mm::munmap(p.cast::<c_void>(), len) };
@@ -49,15 +58,27 @@ pub unsafe fn release(p: *mut u8, len: usize) {
 /// # Safety
 /// The range must be mapped, page aligned, and hold nothing anyone still needs.
 pub unsafe fn discard(p: *mut u8, len: usize) {
+    count_call();
     // SAFETY: the caller's contract.
     let _ = unsafe { mm::madvise(p.cast::<c_void>(), len, Advice::LinuxDontNeed) };
 }
 
-/// The header before a large block.
+/// The header before a large block: the mapping's start, and its length with bit 0 set when
+/// the block is aligned beyond a page (an `mremap` would keep only page alignment).
 #[repr(C)]
 struct Header {
     base: usize,
     len: usize,
+}
+
+const OVER_ALIGNED: usize = 1;
+
+/// # Safety
+/// `p` is a live large block (its header precedes it).
+unsafe fn header(p: *mut u8) -> (usize, usize, bool) {
+    // SAFETY: the caller's contract.
+    let h = unsafe { ((p as usize - 16) as *const Header).read() };
+    (h.base, h.len & !OVER_ALIGNED, h.len & OVER_ALIGNED != 0)
 }
 
 const fn round_up(x: usize, to: usize) -> usize {
@@ -100,7 +121,7 @@ pub fn large_alloc(size: usize, align: usize) -> *mut u8 {
     unsafe {
         ((user - 16) as *mut Header).write(Header {
             base: start,
-            len: mapped,
+            len: mapped | usize::from(align > PAGE),
         })
     };
     LARGE_MAPPED.fetch_add(mapped, Relaxed);
@@ -112,9 +133,9 @@ pub fn large_alloc(size: usize, align: usize) -> *mut u8 {
 /// # Safety
 /// `p` must come from [`large_alloc`] (or [`large_realloc`]) and not be freed yet.
 pub unsafe fn large_usable(p: *mut u8) -> usize {
-    // SAFETY: the caller's contract: the header precedes p.
-    let h = unsafe { ((p as usize - 16) as *const Header).read() };
-    h.base + h.len - p as usize
+    // SAFETY: the caller's contract.
+    let (base, len, _) = unsafe { header(p) };
+    base + len - p as usize
 }
 
 /// Unmaps a large block.
@@ -123,10 +144,10 @@ pub unsafe fn large_usable(p: *mut u8) -> usize {
 /// As for [`large_usable`]; the block is not used afterwards.
 pub unsafe fn large_free(p: *mut u8) {
     // SAFETY: the caller's contract.
-    let h = unsafe { ((p as usize - 16) as *const Header).read() };
-    LARGE_MAPPED.fetch_sub(h.len, Relaxed);
+    let (base, len, _) = unsafe { header(p) };
+    LARGE_MAPPED.fetch_sub(len, Relaxed);
     // SAFETY: the whole mapping of this block, which nobody uses any more.
-    unsafe { release(h.base as *mut u8, h.len) };
+    unsafe { release(base as *mut u8, len) };
 }
 
 /// Grows or shrinks a large block with `mremap` (the kernel moves page tables, not bytes);
@@ -137,16 +158,17 @@ pub unsafe fn large_free(p: *mut u8) {
 /// As for [`large_usable`].
 pub unsafe fn large_realloc(p: *mut u8, size: usize) -> *mut u8 {
     // SAFETY: the caller's contract.
-    let h = unsafe { ((p as usize - 16) as *const Header).read() };
+    let (old_base, old_len, over_aligned) = unsafe { header(p) };
     let Some(len) = size.checked_add(2 * PAGE - 1).map(|n| n & !(PAGE - 1)) else {
         return ptr::null_mut();
     };
-    if h.base + PAGE != p as usize {
+    if over_aligned {
         return ptr::null_mut();
     }
+    count_call();
     // SAFETY: remapping this block's whole mapping; the old addresses are not used again if
     // it moves (the caller takes the new pointer).
-    let Ok(base) = (unsafe { mm::mremap(h.base as *mut c_void, h.len, len, MremapFlags::MAYMOVE) })
+    let Ok(base) = (unsafe { mm::mremap(old_base as *mut c_void, old_len, len, MremapFlags::MAYMOVE) })
     else {
         return ptr::null_mut();
     };
@@ -155,10 +177,10 @@ pub unsafe fn large_realloc(p: *mut u8, size: usize) -> *mut u8 {
     unsafe {
         ((base + PAGE - 16) as *mut Header).write(Header { base, len });
     }
-    if len >= h.len {
-        LARGE_MAPPED.fetch_add(len - h.len, Relaxed);
+    if len >= old_len {
+        LARGE_MAPPED.fetch_add(len - old_len, Relaxed);
     } else {
-        LARGE_MAPPED.fetch_sub(h.len - len, Relaxed);
+        LARGE_MAPPED.fetch_sub(old_len - len, Relaxed);
     }
     (base + PAGE) as *mut u8
 }

@@ -51,29 +51,46 @@ struct RawRecord {
 }
 
 /// Records one call if tracing is on (see the module documentation); a no-op otherwise.
+/// Call it after an allocation returns, and before a free.
 #[inline]
 pub fn event(op: Op, size: usize, old: usize, new: usize) {
+    finish(begin(), op, size, old, new);
+}
+
+/// Claims the next record for a call that is about to run (a `realloc`, which frees its old
+/// block before it returns: its place in the order is its start); None when not tracing.
+#[inline]
+pub fn begin() -> Option<u64> {
     match STATE.load(Relaxed) {
-        OFF => {}
-        ON => record(op, size, old, new),
+        OFF => None,
+        ON => claim(),
         _ => {
             start();
-            if STATE.load(Relaxed) == ON {
-                record(op, size, old, new);
-            }
+            (STATE.load(Relaxed) == ON).then(claim).flatten()
         }
     }
 }
 
 #[cold]
-fn record(op: Op, size: usize, old: usize, new: usize) {
+fn claim() -> Option<u64> {
     let base = BASE.load(Acquire);
     // SAFETY: the header's counter, in the shared mapping (32-byte aligned, page 0).
     let counter = unsafe { &*((base + 8) as *const AtomicU64) };
     let i = counter.fetch_add(1, Relaxed);
-    if i >= RAW_CAPACITY {
-        return;
+    (i < RAW_CAPACITY).then_some(i)
+}
+
+/// Writes the record claimed by [`begin`].
+#[inline]
+pub fn finish(slot: Option<u64>, op: Op, size: usize, old: usize, new: usize) {
+    if let Some(i) = slot {
+        record(i, op, size, old, new);
     }
+}
+
+#[cold]
+fn record(i: u64, op: Op, size: usize, old: usize, new: usize) {
+    let base = BASE.load(Acquire);
     let r = (base + 64 + i as usize * 32) as *mut RawRecord;
     let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
     // SAFETY: record i lies in the mapping (i < RAW_CAPACITY); nobody else writes it.
@@ -320,8 +337,10 @@ impl Trace {
                 1 if new != 0 => {
                     let id = fresh(&mut t, &mut free_ids);
                     if let Some(stale) = live.insert(new, id) {
-                        // The program freed it somewhere we did not see.
+                        // Freed somewhere we did not see (a recording lost to a dying
+                        // thread): free it in the trace too, so that replays do not leak.
                         free_ids.push(stale);
+                        t.events.push(Event::Free { id: stale });
                     }
                     t.events.push(Event::Malloc { id, size });
                 }
@@ -339,7 +358,11 @@ impl Trace {
                             free_ids.push(id);
                             t.events.push(Event::Free { id });
                         }
-                        (Some(_), 0) => dropped += 1, // failed: the block stays
+                        (Some(id), 0) => {
+                            // Failed: the block stays where it was.
+                            live.insert(old, id);
+                            dropped += 1;
+                        }
                         (None, 0) => dropped += 1,
                         (Some(from), _) => {
                             let to = fresh(&mut t, &mut free_ids);

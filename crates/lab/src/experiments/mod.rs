@@ -2,6 +2,7 @@
 //! trial → claims; the runner does the rest.
 
 mod affinity;
+pub mod alloc;
 mod contention;
 mod eventcount;
 mod fences;
@@ -30,6 +31,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(fences::Fences),
         Box::new(smr::Smr),
         Box::new(rotary::Rotary),
+        Box::new(alloc::Alloc),
         Box::new(rings::Rings),
         Box::new(percpu::PerCpu),
         Box::new(affinity::Affinity),
@@ -43,4 +45,4 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
 }
 
 /// Experiments planned but not built yet, for `--list`.
-pub const PLANNED: &[(&str, &str)] = &[("alloc", "trace-driven allocator benchmark")];
+pub const PLANNED: &[(&str, &str)] = &[];

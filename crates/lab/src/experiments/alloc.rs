@@ -1,0 +1,683 @@
+//! `alloc`: spindle-alloc (seed 001's size-class allocator on per-CPU rseq caches) against
+//! glibc's malloc, mimalloc, jemalloc and snmalloc, each called through Rust's `GlobalAlloc`.
+//!
+//! Every trial runs in a child process forked for it, so that each allocator starts from a
+//! fresh heap and the child's peak resident memory is that trial's alone (`VmHWM` at the end
+//! minus `VmRSS` at the start, both read by the child; the lab's own bookkeeping is made and
+//! touched before the start). Workloads, each at 1, cores and 4 × cores threads:
+//! - **random** (seed 001's benchmark): each thread allocates blocks of 1–512 B (uniform),
+//!   fills them, and every 256 allocations frees 40 % of its live blocks chosen at random;
+//! - **traces**: the allocation calls recorded from real programs (`spindle alloc record`),
+//!   shipped in `crates/lab/data/alloc/`; each thread replays its own copy, filling the first
+//!   256 bytes of each block and one byte per page beyond (as much as makes its pages
+//!   resident);
+//! - **handoff**: producers allocate and fill blocks of 1–512 B, consumers on other threads
+//!   free them (remote frees), through one bounded queue per pair.
+//!
+//! Each allocation call is timed with `rdtsc` (seed 001's cycles): the metrics are cycles per
+//! call summed with and without the seed's 50 000-cycle cut-off, p99.9 per call, wall-clock
+//! ns per call (all threads together: the throughput), peak RSS, and RSS over the peak of
+//! requested bytes (the allocator's overhead and fragmentation in one number). *Slow calls*
+//! counts calls above the cut-off, less, for spindle-alloc, those that made a system call
+//! (which only spindle-alloc reports); the *timer* variant counts the same for an empty timed
+//! section on the same workload, the floor that interrupts and preemption alone produce.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::Ordering::*;
+use std::time::{Duration, Instant};
+
+use spindle_alloc::trace::{Event, Trace};
+
+use crate::results::Profile;
+use crate::runner::{Ctx, Experiment};
+use crate::spec::{Claim, Info, Metric, Plan, Sample, Section, Variant};
+
+pub struct Alloc;
+
+static SPINDLE: spindle_alloc::SpindleAlloc = spindle_alloc::SpindleAlloc;
+static MIMALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static JEMALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+static SNMALLOC: snmalloc_rs::SnMalloc = snmalloc_rs::SnMalloc;
+
+/// An allocator in the contest.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Who {
+    Spindle,
+    Glibc,
+    Mimalloc,
+    Jemalloc,
+    Snmalloc,
+}
+
+impl Who {
+    /// Every contestant, spindle-alloc first.
+    pub const ALL: [Who; 5] = [
+        Who::Spindle,
+        Who::Glibc,
+        Who::Mimalloc,
+        Who::Jemalloc,
+        Who::Snmalloc,
+    ];
+
+    /// The short name (`--allocator`).
+    pub fn id(self) -> &'static str {
+        match self {
+            Who::Spindle => "spindle",
+            Who::Glibc => "glibc",
+            Who::Mimalloc => "mimalloc",
+            Who::Jemalloc => "jemalloc",
+            Who::Snmalloc => "snmalloc",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Who::Spindle => "spindle-alloc (per-CPU rseq caches)",
+            Who::Glibc => "glibc malloc (std::alloc::System)",
+            Who::Mimalloc => "mimalloc",
+            Who::Jemalloc => "jemalloc (tikv-jemallocator)",
+            Who::Snmalloc => "snmalloc (snmalloc-rs)",
+        }
+    }
+
+    /// The contestant with this short name.
+    pub fn parse(s: &str) -> Option<Who> {
+        Who::ALL.into_iter().find(|w| w.id() == s)
+    }
+
+    fn allocator(self) -> &'static (dyn GlobalAlloc + Sync) {
+        match self {
+            Who::Spindle => &SPINDLE,
+            Who::Glibc => &System,
+            Who::Mimalloc => &MIMALLOC,
+            Who::Jemalloc => &JEMALLOC,
+            Who::Snmalloc => &SNMALLOC,
+        }
+    }
+}
+
+/// The shipped traces: name, what was recorded, the `.spat` bytes.
+pub const TRACES: &[(&str, &str, &[u8])] = &[
+    (
+        "python",
+        "python3 -S (PYTHONMALLOC=malloc: every object through malloc) building, serialising and parsing a JSON document",
+        include_bytes!("../../data/alloc/python.spat"),
+    ),
+    (
+        "sqlite",
+        "sqlite3 filling, indexing and querying an in-memory table",
+        include_bytes!("../../data/alloc/sqlite.spat"),
+    ),
+];
+
+/// What a trial's threads do.
+#[derive(Clone, Copy)]
+pub enum Work<'a> {
+    /// Seed 001's random workload: this many allocations per thread.
+    Random(usize),
+    /// One copy of the trace per thread.
+    Trace(&'a Trace),
+    /// Producer–consumer pairs passing this many blocks per pair.
+    Handoff(usize),
+}
+
+/// The seed's cut-off between ordinary calls and outliers, in cycles.
+pub const CUTOFF: u64 = 50_000;
+
+/// Per-thread timing: a log-linear histogram of cycles per call (16 steps per power of two),
+/// the sums with and without the cut-off, and the slow calls that made no system call.
+struct Times {
+    hist: [u64; 1024],
+    calls: u64,
+    sum: u64,
+    sum_cut: u64,
+    slow: u64,
+    live: usize,
+    peak_live: usize,
+}
+
+fn bucket(v: u64) -> usize {
+    if v < 64 {
+        v as usize
+    } else {
+        let msb = 63 - v.leading_zeros() as usize;
+        64 + (msb - 6) * 16 + ((v >> (msb - 4)) & 15) as usize
+    }
+}
+
+fn bucket_low(i: usize) -> u64 {
+    if i < 64 {
+        i as u64
+    } else {
+        let (msb, sub) = ((i - 64) / 16 + 6, (i - 64) % 16);
+        (1u64 << msb) | ((sub as u64) << (msb - 4))
+    }
+}
+
+impl Times {
+    fn new() -> Box<Times> {
+        Box::new(Times {
+            hist: [0; 1024],
+            calls: 0,
+            sum: 0,
+            sum_cut: 0,
+            slow: 0,
+            live: 0,
+            peak_live: 0,
+        })
+    }
+
+    /// Times `f` (one allocator call, or nothing for the timer floor).
+    #[inline(always)]
+    fn call<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        let os = spindle_alloc::os::OS_CALLS.load(Relaxed);
+        // SAFETY: rdtsc has no preconditions.
+        let t0 = unsafe { core::arch::x86_64::_rdtsc() };
+        let r = f();
+        // SAFETY: as above.
+        let c = unsafe { core::arch::x86_64::_rdtsc() }.saturating_sub(t0);
+        self.hist[bucket(c)] += 1;
+        self.calls += 1;
+        self.sum += c;
+        if c <= CUTOFF {
+            self.sum_cut += c;
+        } else if spindle_alloc::os::OS_CALLS.load(Relaxed) == os {
+            self.slow += 1;
+        }
+        r
+    }
+
+    fn grew(&mut self, bytes: usize) {
+        self.live += bytes;
+        self.peak_live = self.peak_live.max(self.live);
+    }
+}
+
+/// Fills a block the way programs make it resident: the first 256 bytes, then a byte a page.
+fn touch(p: *mut u8, size: usize, v: u8) {
+    // SAFETY: p holds `size` bytes.
+    unsafe {
+        std::ptr::write_bytes(p, v, size.min(256));
+        let mut at = 4096;
+        while at < size {
+            *p.add(at) = v;
+            at += 4096;
+        }
+    }
+}
+
+fn layout(size: usize) -> Layout {
+    Layout::from_size_align(size.max(1), 8).expect("a small layout")
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn alloc_timed(a: &dyn GlobalAlloc, size: usize, t: &mut Times, floor: bool) -> *mut u8 {
+    // SAFETY (both arms): a non-zero layout.
+    if floor {
+        t.call(|| ());
+        unsafe { a.alloc(layout(size)) }
+    } else {
+        t.call(|| unsafe { a.alloc(layout(size)) })
+    }
+}
+
+fn free_timed(a: &dyn GlobalAlloc, p: usize, size: usize, t: &mut Times, floor: bool) {
+    // (A handoff consumer frees what it never counted: wrapping, and not used there.)
+    t.live = t.live.wrapping_sub(size);
+    // SAFETY (both arms): p is a live block of `a` with this layout.
+    if floor {
+        t.call(|| ());
+        unsafe { a.dealloc(p as *mut u8, layout(size)) }
+    } else {
+        t.call(|| unsafe { a.dealloc(p as *mut u8, layout(size)) })
+    }
+}
+
+/// Seed 001's workload on one thread.
+fn random(a: &dyn GlobalAlloc, n: usize, seed: u64, t: &mut Times, floor: bool, live: &mut Vec<(usize, usize)>) {
+    let mut rng = Rng(seed | 1);
+    for i in 0..n {
+        let size = 1 + (rng.next() % 512) as usize;
+        let p = alloc_timed(a, size, t, floor);
+        if p.is_null() {
+            continue;
+        }
+        touch(p, size, i as u8);
+        live.push((p as usize, size));
+        t.grew(size);
+        if i % 256 == 255 {
+            for _ in 0..live.len() * 2 / 5 {
+                let (p, s) = live.swap_remove(rng.next() as usize % live.len());
+                free_timed(a, p, s, t, floor);
+            }
+        }
+    }
+    for (p, s) in live.drain(..) {
+        free_timed(a, p, s, t, floor);
+    }
+}
+
+/// One copy of a trace on one thread; `table` has a slot per id.
+fn replay(a: &dyn GlobalAlloc, trace: &Trace, t: &mut Times, table: &mut [(usize, usize)]) {
+    for (i, e) in trace.events.iter().enumerate() {
+        match *e {
+            Event::Malloc { id, size } => {
+                let size = size as usize;
+                let p = alloc_timed(a, size, t, false);
+                if !p.is_null() {
+                    touch(p, size, i as u8);
+                    table[id as usize] = (p as usize, size);
+                    t.grew(size);
+                }
+            }
+            Event::Free { id } => {
+                let (p, s) = std::mem::take(&mut table[id as usize]);
+                if p != 0 {
+                    free_timed(a, p, s, t, false);
+                }
+            }
+            Event::Realloc { from, to, size } => {
+                let (p, s) = std::mem::take(&mut table[from as usize]);
+                let size = (size as usize).max(1);
+                if p == 0 {
+                    continue;
+                }
+                // SAFETY: p is live with layout(s); the new size is non-zero.
+                let q = t.call(|| unsafe { a.realloc(p as *mut u8, layout(s), size) });
+                if q.is_null() {
+                    table[from as usize] = (p, s);
+                    continue;
+                }
+                if size > s {
+                    // SAFETY: q holds `size` bytes.
+                    touch(unsafe { q.add(s) }, size - s, i as u8);
+                }
+                t.live -= s;
+                t.grew(size);
+                table[to as usize] = (q as usize, size);
+            }
+        }
+    }
+    for slot in table.iter_mut() {
+        let (p, s) = std::mem::take(slot);
+        if p != 0 {
+            free_timed(a, p, s, t, false);
+        }
+    }
+}
+
+/// One producer–consumer pair: `n` blocks allocated here, freed there.
+fn handoff(a: &(dyn GlobalAlloc + Sync), n: usize, seed: u64, tp: &mut Times, tc: &mut Times) {
+    let q = crossbeam_queue::ArrayQueue::<(usize, usize)>::new(256);
+    std::thread::scope(|s| {
+        let q = &q;
+        s.spawn(move || {
+            let mut got = 0;
+            while got < n {
+                match q.pop() {
+                    Some((p, size)) => {
+                        free_timed(a, p, size, tc, false);
+                        got += 1;
+                    }
+                    None => std::thread::yield_now(),
+                }
+            }
+        });
+        let mut rng = Rng(seed | 1);
+        for i in 0..n {
+            let size = 1 + (rng.next() % 512) as usize;
+            let p = alloc_timed(a, size, tp, false);
+            assert!(!p.is_null(), "out of memory");
+            touch(p, size, i as u8);
+            tp.grew(size);
+            let mut item = (p as usize, size);
+            while let Err(back) = q.push(item) {
+                item = back;
+                std::thread::yield_now();
+            }
+        }
+    });
+    // Live bytes peak at a full queue: 256 blocks of 256.5 B on average, and one in hand.
+    tp.peak_live = 257 * 257;
+}
+
+/// What a child sends back.
+#[derive(Clone, Copy, Default)]
+#[repr(C)]
+struct Out {
+    calls: u64,
+    sum: u64,
+    sum_cut: u64,
+    below_cut: u64,
+    slow: u64,
+    p999: u64,
+    peak_live: u64,
+    rss_start_kib: u64,
+    hwm_kib: u64,
+    wall_ns: u64,
+    done: u64,
+}
+
+fn status_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Runs `work` on `threads` threads of allocator `who`, in the current process.
+fn run_work(who: Who, work: Work<'_>, threads: usize, floor: bool) -> Out {
+    let a = who.allocator();
+    let mut times: Vec<Box<Times>> = (0..threads * 2).map(|_| Times::new()).collect();
+    let mut tables: Vec<Vec<(usize, usize)>> = (0..threads)
+        .map(|_| {
+            let n = match work {
+                Work::Trace(t) => t.ids as usize,
+                _ => 1024,
+            };
+            // Written twice so that its pages are resident before the start (`vec![0; n]`
+            // would be fresh zero pages, made resident during the trial).
+            vec![(1, 1); n].into_iter().map(|_| (0, 0)).collect()
+        })
+        .collect();
+    let mut out = Out {
+        rss_start_kib: status_kib("VmRSS:"),
+        ..Out::default()
+    };
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        let mut ts = times.iter_mut();
+        for (k, table) in tables.iter_mut().enumerate() {
+            let (t, t2) = (ts.next().expect("times"), ts.next().expect("times"));
+            let seed = 0x9e37_79b9_7f4a_7c15 ^ (k as u64) << 32;
+            s.spawn(move || match work {
+                Work::Random(n) => {
+                    table.clear();
+                    random(a, n, seed, t, floor, table)
+                }
+                Work::Trace(tr) => replay(a, tr, t, table),
+                Work::Handoff(n) => handoff(a, n, seed, t, t2),
+            });
+        }
+    });
+    out.wall_ns = start.elapsed().as_nanos() as u64;
+    out.hwm_kib = status_kib("VmHWM:");
+    let mut hist = [0u64; 1024];
+    for t in &times {
+        out.calls += t.calls;
+        out.sum += t.sum;
+        out.sum_cut += t.sum_cut;
+        out.slow += t.slow;
+        out.peak_live += t.peak_live as u64;
+        for (h, x) in hist.iter_mut().zip(t.hist.iter()) {
+            *h += x;
+        }
+    }
+    out.below_cut = hist[..bucket(CUTOFF) + 1].iter().sum();
+    let mut seen = 0;
+    let rank = (out.calls as f64 * 0.999).ceil() as u64;
+    for (i, h) in hist.iter().enumerate() {
+        seen += h;
+        if seen >= rank {
+            out.p999 = bucket_low(i);
+            break;
+        }
+    }
+    out.done = 1;
+    out
+}
+
+extern "C" {
+    fn fork() -> i32;
+    fn waitpid(pid: i32, status: *mut i32, options: i32) -> i32;
+    fn kill(pid: i32, sig: i32) -> i32;
+    fn _exit(code: i32) -> !;
+}
+
+/// Runs one trial in a child process forked for it; the child writes its [`Out`] into a
+/// shared page and exits without running destructors. A child that crashes or takes longer
+/// than `limit` is reported as an error (and killed).
+fn in_child(who: Who, work: Work<'_>, threads: usize, floor: bool, limit: Duration) -> Result<Out, String> {
+    use rustix::mm::{mmap_anonymous, munmap, MapFlags, ProtFlags};
+    // SAFETY: a new shared anonymous page, unmapped below.
+    let page = unsafe {
+        mmap_anonymous(std::ptr::null_mut(), 4096, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED)
+    }
+    .map_err(|e| format!("mmap: {e}"))? as *mut Out;
+    // SAFETY: fork; the child only runs the workload (allocations through glibc, which is
+    // fork-safe, and through the contestant, which the parent never used) and `_exit`s.
+    let pid = unsafe { fork() };
+    if pid == 0 {
+        let out = run_work(who, work, threads, floor);
+        // SAFETY: the shared page; then leave without unwinding or destructors.
+        unsafe {
+            page.write(out);
+            _exit(0)
+        }
+    }
+    let result = if pid < 0 {
+        Err(format!("fork: {}", std::io::Error::last_os_error()))
+    } else {
+        wait_child(pid, limit)
+            // SAFETY: the child finished writing before it exited.
+            .and_then(|()| Ok(unsafe { page.read() }))
+            .and_then(|o| if o.done == 1 { Ok(o) } else { Err("the child wrote no result".into()) })
+    };
+    // SAFETY: our page, no longer used.
+    let _ = unsafe { munmap(page.cast(), 4096) };
+    result
+}
+
+fn wait_child(pid: i32, limit: Duration) -> Result<(), String> {
+    const WNOHANG: i32 = 1;
+    let start = Instant::now();
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for our own child.
+        let r = unsafe { waitpid(pid, &mut status, WNOHANG) };
+        if r == pid {
+            break;
+        }
+        if r < 0 {
+            return Err(format!("waitpid: {}", std::io::Error::last_os_error()));
+        }
+        if start.elapsed() > limit {
+            // SAFETY: our own child; SIGKILL, then reap it.
+            unsafe {
+                kill(pid, 9);
+                waitpid(pid, &mut status, 0);
+            }
+            return Err(format!("the trial's child took more than {} s and was killed", limit.as_secs()));
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    // WIFEXITED && WEXITSTATUS == 0
+    if status & 0x7f == 0 && (status >> 8) & 0xff == 0 {
+        Ok(())
+    } else if status & 0x7f != 0 {
+        Err(format!("the trial's child died of signal {}", status & 0x7f))
+    } else {
+        Err(format!("the trial's child exited with {}", (status >> 8) & 0xff))
+    }
+}
+
+/// A trial's metrics (see the module documentation).
+fn sample(o: &Out) -> Sample {
+    let calls = o.calls.max(1) as f64;
+    let rss = o.hwm_kib.saturating_sub(o.rss_start_kib) as f64 / 1024.0;
+    Sample::new()
+        .with("ns", o.wall_ns as f64 / calls)
+        .with("cyc", o.sum as f64 / calls)
+        .with("cyc_cut", o.sum_cut as f64 / o.below_cut.max(1) as f64)
+        .with("p999", o.p999 as f64)
+        .with("rss", rss)
+        .with("overhead", rss * 1048576.0 / o.peak_live.max(1) as f64)
+        .with("slow", (o.slow + 1) as f64 * 1e9 / o.sum.max(1) as f64)
+}
+
+/// `spindle alloc replay`: one trace on `threads` threads (one copy each) of `who`, in a
+/// child process; the metrics by name.
+pub fn replay_cli(trace: &Trace, who: Who, threads: usize) -> Result<Vec<(&'static str, f64)>, String> {
+    let o = in_child(who, Work::Trace(trace), threads, false, Duration::from_secs(600))?;
+    let s = sample(&o);
+    Ok(["ns", "cyc", "cyc_cut", "p999", "rss", "overhead", "slow"]
+        .into_iter()
+        .map(|m| (m, s.value(m).unwrap_or(f64::NAN)))
+        .chain([("calls", o.calls as f64)])
+        .collect())
+}
+
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+impl Experiment for Alloc {
+    fn info(&self) -> Info {
+        Info {
+            name: "alloc",
+            title: "Allocators: seed 001's random workload, real programs' traces and remote frees",
+            summary: "spindle-alloc vs glibc, mimalloc, jemalloc, snmalloc: wall ns and cycles per call (with and without the 50 000-cycle cut-off), p99.9, peak RSS, at 1, cores and 4 × cores threads",
+            question: "Is a lock-free size-class allocator on per-CPU rseq caches as fast as today's best allocators, \
+                       with as little memory, on the seed's workload and on real programs' allocation traces?",
+            references: &[],
+            quick_seconds: 20,
+        }
+    }
+
+    fn run(&self, ctx: &mut Ctx) -> Result<(), String> {
+        let cores = ctx.cores().max(1);
+        let quick = !matches!(ctx.profile, Profile::Full);
+        let traces: Vec<(&str, Trace)> = TRACES
+            .iter()
+            .map(|&(name, _, bytes)| Trace::decode(bytes).map(|t| (name, t)))
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("a shipped trace does not parse: {e}"))?;
+        let per_thread = if quick { 40_000 } else { 400_000 };
+        let mut threads = vec![1, cores, 4 * cores];
+        threads.dedup();
+        let failure = std::sync::Mutex::new(None::<String>);
+        let failure = &*Box::leak(Box::new(failure));
+        let mut plan = Plan::new();
+        plan.param("threads", format!("{threads:?}"));
+        plan.param("random: allocations per thread", per_thread);
+        plan.param("spindle-alloc cache", spindle_alloc_mode());
+        for (name, what, _) in TRACES {
+            let t = &traces.iter().find(|t| t.0 == *name).expect("parsed").1;
+            plan.param(format!("trace {name}"), format!("{what}: {} calls", t.events.len()));
+        }
+        let traces: &'static [(&str, Trace)] = Box::leak(traces.into_boxed_slice());
+        let mut works: Vec<(&'static str, Work<'static>)> = vec![("random", Work::Random(per_thread))];
+        works.extend(traces.iter().map(|(n, t)| (*n, Work::Trace(t))));
+        let handoff_pairs = (cores / 2).max(1);
+        let sections: Vec<(String, Work<'static>, usize)> = works
+            .iter()
+            .flat_map(|&(n, w)| threads.iter().map(move |&t| (format!("{n}-{t}"), w, t)))
+            .chain([(format!("handoff-{}", 2 * handoff_pairs), Work::Handoff(per_thread), handoff_pairs)])
+            .collect();
+        for (id, work, t) in &sections {
+            let id = leak(id.clone());
+            let what = match work {
+                Work::Random(_) => format!("seed 001's random workload (1–512 B, 40 % purged every 256), {t} threads"),
+                Work::Trace(_) => format!("trace {}, one copy on each of {t} threads", id.split('-').next().unwrap_or("")),
+                Work::Handoff(_) => format!("{t} producers allocate, {t} consumers free (remote frees)"),
+            };
+            plan.section(
+                Section::new(id, what)
+                    .baseline(format!("{id}-mimalloc"))
+                    .metric(Metric::time("ns", "wall time per call, all threads (1 / throughput)"))
+                    .metric(Metric::count("cyc", "cycles per call (the seed's sum)"))
+                    .metric(Metric::count("cyc_cut", "cycles per call below the 50 000-cycle cut-off"))
+                    .metric(Metric::count("p999", "cycles per call, p99.9"))
+                    .metric(Metric::count("rss", "peak RSS, MiB"))
+                    .metric(Metric::ratio("overhead", "peak RSS / peak requested bytes"))
+                    .metric(Metric::count("slow", "calls above the cut-off without a system call, per 10^9 timed cycles (+1)").hidden()),
+            );
+            let limit = Duration::from_secs(if quick { 60 } else { 300 });
+            let threads_used = if matches!(work, Work::Handoff(_)) { 2 * t } else { *t };
+            let variants: Vec<(Who, bool)> = Who::ALL
+                .iter()
+                .map(|&w| (w, false))
+                .chain((id == "random-1").then_some((Who::Spindle, true)))
+                .collect();
+            for (who, floor) in variants {
+                let (work, t) = (*work, *t);
+                let (vid, label) = if floor {
+                    (format!("{id}-timer"), "timer floor: an empty timed section per call (spindle-alloc untimed)".to_string())
+                } else {
+                    (format!("{id}-{}", who.id()), who.label().to_string())
+                };
+                plan.variant(
+                    Variant::fixed(id, vid, label, move || match in_child(who, work, t, floor, limit) {
+                        Ok(o) => sample(&o),
+                        Err(e) => {
+                            let mut f = failure.lock().unwrap_or_else(|e| e.into_inner());
+                            f.get_or_insert(format!("{}: {e}", who.id()));
+                            Sample::new()
+                        }
+                    })
+                    .threads(threads_used),
+                );
+            }
+        }
+        plan.finish(move |r| {
+            if let Some(e) = failure.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+                let note = format!("a trial failed: {e}");
+                if !r.notes.contains(&note) {
+                    r.notes.push(note);
+                }
+            }
+        });
+        claims(&mut plan, &sections.iter().map(|s| s.0.clone()).collect::<Vec<_>>());
+        ctx.measure(plan)
+    }
+}
+
+fn claims(plan: &mut Plan<'_>, sections: &[String]) {
+    for s in sections {
+        let g = |what: &str, text: String, metric: &'static str, bound: f64| {
+            Claim::guarantee(leak(format!("alloc-{s}-{what}")), text)
+                .ratio(format!("{s}-spindle"), format!("{s}-mimalloc"))
+                .metric(metric)
+                .at_most(bound)
+        };
+        plan.claim(g("throughput", format!("{s}: spindle-alloc's throughput is at least mimalloc's (wall time per call at most 1 ×)"), "ns", 1.0));
+        if s.starts_with("handoff") {
+            continue;
+        }
+        plan.claim(g("rss", format!("{s}: spindle-alloc's peak RSS is at most 1.1 × mimalloc's"), "rss", 1.1));
+        plan.claim(g("p999", format!("{s}: spindle-alloc's p99.9 cycles per call are at most mimalloc's"), "p999", 1.0));
+    }
+    plan.claim(
+        Claim::guarantee(
+            "alloc-no-slow-calls",
+            "random-1: spindle-alloc's calls above the 50 000-cycle cut-off that made no system call are no more frequent per timed cycle than an empty timed section's (at most 1.5 ×): only OS calls are slow",
+        )
+        .ratio("random-1-spindle", "random-1-timer")
+        .metric("slow")
+        .at_most(1.5),
+    );
+}
+
+/// The cache mode spindle-alloc decides in a child (the lab itself never allocates with it).
+fn spindle_alloc_mode() -> String {
+    // SAFETY: one small allocation and its free.
+    unsafe {
+        let l = layout(8);
+        SPINDLE.dealloc(SPINDLE.alloc(l), l);
+    }
+    spindle_alloc::cache_mode().to_string()
+}
