@@ -14,7 +14,7 @@
 //!
 //! # Operations: every one constant time, every one a single committing store
 //! ```text
-//! pop(c):       w = list[sel]; p = w.addr; p == 0: empty
+//! pop(c):       w = list[sel]; p = w.addr; p == 0: bump(c)
 //!               list[sel] = (p.next, w.count - 1)                 (commit)
 //! push(c, p):   w = list[sel]; w.count >= cap(c): full
 //!               p.next = w.addr;  list[sel] = (p, w.count + 1)   (commit)
@@ -290,26 +290,43 @@ macro_rules! rseq_op {
 /// `area` is this thread's registered `struct rseq` (or glibc's); `base` is the class's
 /// record offset into the per-CPU slabs; blocks in the lists are class blocks (mapped).
 #[inline(always)]
-unsafe fn pop_rseq(area: *mut u8, index: usize, base: usize) -> (usize, usize) {
+unsafe fn pop_rseq(area: *mut u8, index: usize, base: usize, size: usize) -> (usize, usize) {
     let p: usize;
-    // SAFETY: the module's protocol; rcx, rdx, r8 are scratch, rdx the popped block.
+    // SAFETY: the module's protocol; rcx, rdx, r8, r9 are scratch, rdx the block. Both
+    // branches (the loaded list, else the run of never-used blocks) end at the one commit
+    // store, the section's last instruction: rax the word to write, rcx its new value.
     let s = unsafe {
         rseq_op!(area, index, base;
             "mov rcx, qword ptr [rax + 16]",
-            "lea rax, [rax + 8*rcx]",
-            "mov rcx, qword ptr [rax]",
+            "lea r9, [rax + 8*rcx]",
+            "mov rcx, qword ptr [r9]",
             "mov rdx, rcx",
             "shl rdx, 16",
             "shr rdx, 16",
             "test rdx, rdx",
-            "jz 9f",
+            "jz 20f",
             "mov r8, qword ptr [rdx]",
             "shr rcx, 48",
             "sub rcx, 1",
             "shl rcx, 48",
             "or rcx, r8",
+            "mov rax, r9",
+            "jmp 21f",
+            "20:",
+            "mov rcx, qword ptr [rax + 24]",
+            "mov rdx, rcx",
+            "shr rdx, 48",
+            "jz 9f",
+            "mov rdx, rcx",
+            "shl rdx, 16",
+            "shr rdx, 16",
+            "add rcx, {size}",
+            "mov r8, 0x1000000000000",
+            "sub rcx, r8",
+            "add rax, 24",
+            "21:",
             "mov qword ptr [rax], rcx";
-            out("rcx") _, out("rdx") p, out("r8") _,)
+            size = in(reg) size, out("rcx") _, out("rdx") p, out("r8") _, out("r9") _,)
     };
     (s, p)
 }
@@ -396,17 +413,18 @@ fn outcome(status: usize, v: usize, retry: impl FnOnce() -> Outcome) -> Outcome 
     }
 }
 
-/// Pops a free block of class `c` from this thread's cache.
+/// Pops a free block of class `c` from this thread's cache: from the loaded list, or, when
+/// it is empty, the next block of the run of never-used blocks.
 #[inline(always)]
 pub fn pop(c: usize) -> Outcome {
     match target() {
         Target::Cpu(a) => {
             let base = SLABS.load(Relaxed) + c * RECORD;
             // SAFETY: a registered area of this thread; the slabs' geometry.
-            let (s, p) = unsafe { pop_rseq(a, INDEX_FIELD.load(Relaxed), base) };
-            outcome(s, p, || on_thread_slab(|r| plain::pop(r), c))
+            let (s, p) = unsafe { pop_rseq(a, INDEX_FIELD.load(Relaxed), base, size_of(c)) };
+            outcome(s, p, || on_thread_slab(|r| plain::pop(r, size_of(c)), c))
         }
-        Target::Thread(slab) => plain::pop(slab + c * RECORD),
+        Target::Thread(slab) => plain::pop(slab + c * RECORD, size_of(c)),
         Target::None => Outcome::NoCache,
     }
 }
@@ -496,13 +514,13 @@ mod plain {
         (r + off) as *mut usize
     }
 
-    pub fn pop(r: usize) -> Outcome {
+    pub fn pop(r: usize, size: usize) -> Outcome {
         // SAFETY: this thread's slab record; listed blocks are class blocks.
         unsafe {
             let l = word(r, LIST0 + 8 * *word(r, SEL));
             let p = addr(*l);
             if p == 0 {
-                return Outcome::Bounce;
+                return bump(r, size);
             }
             *l = pack(*(p as *const usize), count(*l) - 1);
             Outcome::Done(p)

@@ -39,14 +39,18 @@ use core::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
 use crate::classes::{size_of, CLASSES};
 use crate::os;
 
-/// Span size: one class's address range, aligned to itself.
-pub const SPAN: usize = 1 << 20;
-/// Spans in a full region: 64 GiB of address space (not memory: pages are touched on use).
-pub const MAX_SPANS: usize = 1 << 16;
+/// The region is cut into chunks of this size; a class's span is 1 to 8 consecutive chunks
+/// (at least eight blocks), handed out in order of need, so that small programs' classes
+/// share 2 MiB pages.
+pub const CHUNK: usize = 1 << 16;
+/// Chunks in a full region: 64 GiB of address space (not memory: pages are touched on use).
+pub const MAX_CHUNKS: usize = 1 << 20;
+/// The region's alignment: a transparent huge page.
+const HUGE: usize = 2 << 20;
 
 static REGION: AtomicUsize = AtomicUsize::new(0);
-static NEXT_SPAN: AtomicUsize = AtomicUsize::new(0);
-static SPAN_CLASS: [AtomicU8; MAX_SPANS] = [const { AtomicU8::new(0) }; MAX_SPANS];
+static NEXT_CHUNK: AtomicUsize = AtomicUsize::new(0);
+static CHUNK_CLASS: [AtomicU8; MAX_CHUNKS] = [const { AtomicU8::new(0) }; MAX_CHUNKS];
 
 const NO_SPAN: u64 = u32::MAX as u64;
 static FRONTIER: [AtomicU64; CLASSES] = [const { AtomicU64::new(NO_SPAN << 32) }; CLASSES];
@@ -83,20 +87,39 @@ fn region() -> (usize, usize) {
 
 #[inline(always)]
 fn decode(w: usize) -> (usize, usize) {
-    (w & !(SPAN - 1), 1 << (w & 31))
+    (w & !(HUGE - 1), 1 << (w & 31))
+}
+
+/// `SPINDLE_ALLOC_THP=1` in the environment: `MADV_HUGEPAGE` on the region. Off by default:
+/// on the 2-vCPU VM we measured, huge-page faults (with the kernel's default `defrag=madvise`,
+/// which compacts memory inside the fault) made multi-threaded trials up to 3.8 × slower.
+fn huge_pages_wanted() -> bool {
+    extern "C" {
+        fn getenv(name: *const core::ffi::c_char) -> *const core::ffi::c_char;
+    }
+    // SAFETY: getenv reads the environment without allocating; the string is read at once.
+    let v = unsafe { getenv(c"SPINDLE_ALLOC_THP".as_ptr()) };
+    // SAFETY: a NUL-terminated string from getenv.
+    !v.is_null() && unsafe { core::ffi::CStr::from_ptr(v) }.to_bytes() == b"1"
 }
 
 #[cold]
 fn reserve_region() -> (usize, usize) {
-    let mut spans = MAX_SPANS;
-    while spans >= 64 {
-        let len = spans * SPAN + SPAN;
+    let mut chunks = MAX_CHUNKS;
+    while chunks >= 256 {
+        let len = chunks * CHUNK + HUGE;
         let raw = os::reserve(len);
         if !raw.is_null() {
-            let base = (raw as usize + SPAN - 1) & !(SPAN - 1);
-            let w = base | spans.trailing_zeros() as usize;
+            let base = (raw as usize + HUGE - 1) & !(HUGE - 1);
+            let w = base | chunks.trailing_zeros() as usize;
             match REGION.compare_exchange(0, w, AcqRel, Acquire) {
-                Ok(_) => return (base, spans),
+                Ok(_) => {
+                    if huge_pages_wanted() {
+                        // SAFETY: our fresh reservation.
+                        unsafe { os::advise_huge(base as *mut u8, chunks * CHUNK) };
+                    }
+                    return (base, chunks);
+                }
                 Err(other) => {
                     // SAFETY: our own reservation, never used.
                     unsafe { os::release(raw, len) };
@@ -104,7 +127,7 @@ fn reserve_region() -> (usize, usize) {
                 }
             }
         }
-        spans /= 4;
+        chunks /= 4;
     }
     (0, 0)
 }
@@ -112,20 +135,25 @@ fn reserve_region() -> (usize, usize) {
 /// The class of a block in the region, or None for a pointer outside it.
 #[inline(always)]
 pub fn class_of_block(p: *mut u8) -> Option<usize> {
-    let (base, spans) = decode(REGION.load(Relaxed));
+    let (base, chunks) = decode(REGION.load(Relaxed));
     let off = (p as usize).wrapping_sub(base);
-    if base == 0 || off >= spans * SPAN {
+    if base == 0 || off >= chunks * CHUNK {
         return None;
     }
-    match SPAN_CLASS[off / SPAN].load(Relaxed) {
+    match CHUNK_CLASS[off / CHUNK].load(Relaxed) {
         0 => None,
         c => Some(c as usize - 1),
     }
 }
 
+/// Chunks in a span of class `c`: room for at least eight blocks.
+const fn span_chunks(c: usize) -> usize {
+    (8 * size_of(c)).div_ceil(CHUNK)
+}
+
 /// Blocks of class `c` in one span.
 const fn per_span(c: usize) -> u64 {
-    (SPAN / size_of(c)) as u64
+    (span_chunks(c) * CHUNK / size_of(c)) as u64
 }
 
 /// Up to `k` never-used consecutive blocks of class `c`: their first address and count;
@@ -141,19 +169,22 @@ pub fn carve(c: usize, k: usize) -> Option<(usize, usize)> {
                 Ok(_) => {
                     CARVED[c].fetch_add(take as usize, Relaxed);
                     let (base, _) = decode(REGION.load(Relaxed));
-                    let first = base + span as usize * SPAN + next as usize * size_of(c);
+                    let first = base + span as usize * CHUNK + next as usize * size_of(c);
                     return Some((first, take as usize));
                 }
                 Err(now) => cur = now,
             }
             continue;
         }
-        let (_, spans) = region();
-        let s = NEXT_SPAN.fetch_add(1, Relaxed);
-        if s >= spans {
+        let (_, chunks) = region();
+        let k = span_chunks(c);
+        let s = NEXT_CHUNK.fetch_add(k, Relaxed);
+        if s + k > chunks {
             return None;
         }
-        SPAN_CLASS[s].store(c as u8 + 1, Relaxed);
+        for chunk in &CHUNK_CLASS[s..s + k] {
+            chunk.store(c as u8 + 1, Relaxed);
+        }
         match f.compare_exchange(cur, (s as u64) << 32, AcqRel, Acquire) {
             Ok(_) => cur = (s as u64) << 32,
             // Someone else installed a span: ours is abandoned (address space only).
@@ -248,9 +279,9 @@ pub fn pop_batch(c: usize) -> Option<(usize, usize)> {
     }
 }
 
-/// Spans handed out so far and the region's capacity in spans.
-pub fn spans_used() -> (usize, usize) {
-    let (base, spans) = decode(REGION.load(Relaxed));
-    let spans = if base == 0 { 0 } else { spans };
-    (NEXT_SPAN.load(Relaxed).min(spans), spans)
+/// Chunks handed out to classes so far and the region's capacity in chunks.
+pub fn chunks_used() -> (usize, usize) {
+    let (base, chunks) = decode(REGION.load(Relaxed));
+    let chunks = if base == 0 { 0 } else { chunks };
+    (NEXT_CHUNK.load(Relaxed).min(chunks), chunks)
 }

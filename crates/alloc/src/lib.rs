@@ -348,7 +348,7 @@ impl ClassStats {
 pub struct Stats {
     /// Per class.
     pub classes: Vec<ClassStats>,
-    /// Address space handed to classes (spans × 1 MiB); only the touched part is memory.
+    /// Address space handed to classes (64 KiB chunks); only the touched part is memory.
     pub span_bytes: usize,
     /// Bytes mapped for blocks above 64 KiB.
     pub large_bytes: usize,
@@ -391,7 +391,7 @@ pub fn stats() -> Stats {
         .collect();
     Stats {
         classes,
-        span_bytes: central::spans_used().0 * central::SPAN,
+        span_bytes: central::chunks_used().0 * central::CHUNK,
         large_bytes: os::LARGE_MAPPED.load(Relaxed),
     }
 }

@@ -115,8 +115,9 @@ pub const TRACES: &[(&str, &str, &[u8])] = &[
 pub enum Work<'a> {
     /// Seed 001's random workload: this many allocations per thread.
     Random(usize),
-    /// One copy of the trace per thread.
-    Trace(&'a Trace),
+    /// One copy of the trace per thread: its first calls, at most this many (then every
+    /// block still live is freed).
+    Trace(&'a Trace, usize),
     /// Producer–consumer pairs passing this many blocks per pair.
     Handoff(usize),
 }
@@ -268,8 +269,8 @@ fn random(a: &dyn GlobalAlloc, n: usize, seed: u64, t: &mut Times, floor: bool, 
 }
 
 /// One copy of a trace on one thread; `table` has a slot per id.
-fn replay(a: &dyn GlobalAlloc, trace: &Trace, t: &mut Times, table: &mut [(usize, usize)]) {
-    for (i, e) in trace.events.iter().enumerate() {
+fn replay(a: &dyn GlobalAlloc, trace: &Trace, calls: usize, t: &mut Times, table: &mut [(usize, usize)]) {
+    for (i, e) in trace.events.iter().take(calls).enumerate() {
         match *e {
             Event::Malloc { id, size } => {
                 let size = size as usize;
@@ -365,7 +366,32 @@ struct Out {
     rss_start_kib: u64,
     hwm_kib: u64,
     wall_ns: u64,
+    faults: u64,
     done: u64,
+}
+
+/// Minor page faults of this process so far (`getrusage`).
+fn minor_faults() -> u64 {
+    #[repr(C)]
+    struct Rusage {
+        times: [i64; 4],
+        maxrss: i64,
+        ixrss: i64,
+        idrss: i64,
+        isrss: i64,
+        minflt: i64,
+        rest: [i64; 7],
+    }
+    extern "C" {
+        fn getrusage(who: i32, usage: *mut Rusage) -> i32;
+    }
+    let mut u = std::mem::MaybeUninit::<Rusage>::zeroed();
+    // SAFETY: RUSAGE_SELF (0) into a struct rusage-sized buffer.
+    if unsafe { getrusage(0, u.as_mut_ptr()) } != 0 {
+        return 0;
+    }
+    // SAFETY: filled by getrusage (or zeroed).
+    unsafe { u.assume_init() }.minflt.max(0) as u64
 }
 
 fn status_kib(field: &str) -> u64 {
@@ -386,7 +412,7 @@ fn run_work(who: Who, work: Work<'_>, threads: usize, floor: bool) -> Out {
     let mut tables: Vec<Vec<(usize, usize)>> = (0..threads)
         .map(|_| {
             let n = match work {
-                Work::Trace(t) => t.ids as usize,
+                Work::Trace(t, _) => t.ids as usize,
                 _ => 1024,
             };
             // Written twice so that its pages are resident before the start (`vec![0; n]`
@@ -398,6 +424,7 @@ fn run_work(who: Who, work: Work<'_>, threads: usize, floor: bool) -> Out {
         rss_start_kib: status_kib("VmRSS:"),
         ..Out::default()
     };
+    let faults = minor_faults();
     let start = Instant::now();
     std::thread::scope(|s| {
         let mut ts = times.iter_mut();
@@ -409,12 +436,13 @@ fn run_work(who: Who, work: Work<'_>, threads: usize, floor: bool) -> Out {
                     table.clear();
                     random(a, n, seed, t, floor, table)
                 }
-                Work::Trace(tr) => replay(a, tr, t, table),
+                Work::Trace(tr, calls) => replay(a, tr, calls, t, table),
                 Work::Handoff(n) => handoff(a, n, seed, t, t2),
             });
         }
     });
     out.wall_ns = start.elapsed().as_nanos() as u64;
+    out.faults = minor_faults().saturating_sub(faults);
     out.hwm_kib = status_kib("VmHWM:");
     let mut hist = [0u64; 1024];
     for t in &times {
@@ -526,15 +554,16 @@ fn sample(o: &Out) -> Sample {
         .with("p999", o.p999 as f64)
         .with("rss", rss)
         .with("overhead", rss * 1048576.0 / o.peak_live.max(1) as f64)
+        .with("faults", o.faults as f64 * 1000.0 / calls)
         .with("slow", (o.slow + 1) as f64 * 1e9 / o.sum.max(1) as f64)
 }
 
 /// `spindle alloc replay`: one trace on `threads` threads (one copy each) of `who`, in a
 /// child process; the metrics by name.
 pub fn replay_cli(trace: &Trace, who: Who, threads: usize) -> Result<Vec<(&'static str, f64)>, String> {
-    let o = in_child(who, Work::Trace(trace), threads, false, Duration::from_secs(600))?;
+    let o = in_child(who, Work::Trace(trace, usize::MAX), threads, false, Duration::from_secs(600))?;
     let s = sample(&o);
-    Ok(["ns", "cyc", "cyc_cut", "p999", "rss", "overhead", "slow"]
+    Ok(["ns", "cyc", "cyc_cut", "p999", "rss", "overhead", "faults", "slow"]
         .into_iter()
         .map(|m| (m, s.value(m).unwrap_or(f64::NAN)))
         .chain([("calls", o.calls as f64)])
@@ -566,7 +595,9 @@ impl Experiment for Alloc {
             .map(|&(name, _, bytes)| Trace::decode(bytes).map(|t| (name, t)))
             .collect::<Result<_, _>>()
             .map_err(|e| format!("a shipped trace does not parse: {e}"))?;
-        let per_thread = if quick { 40_000 } else { 400_000 };
+        // Quick: about 10 ms of calls per trial at one thread, so that the claims get their
+        // trials in a share of the lab's budget.
+        let (per_thread, trace_calls) = if quick { (15_000, 60_000) } else { (400_000, usize::MAX) };
         let mut threads = vec![1, cores, 4 * cores];
         threads.dedup();
         let failure = std::sync::Mutex::new(None::<String>);
@@ -577,11 +608,11 @@ impl Experiment for Alloc {
         plan.param("spindle-alloc cache", spindle_alloc_mode());
         for (name, what, _) in TRACES {
             let t = &traces.iter().find(|t| t.0 == *name).expect("parsed").1;
-            plan.param(format!("trace {name}"), format!("{what}: {} calls", t.events.len()));
+            plan.param(format!("trace {name}"), format!("{what}: {} calls recorded", t.events.len()));
         }
         let traces: &'static [(&str, Trace)] = Box::leak(traces.into_boxed_slice());
         let mut works: Vec<(&'static str, Work<'static>)> = vec![("random", Work::Random(per_thread))];
-        works.extend(traces.iter().map(|(n, t)| (*n, Work::Trace(t))));
+        works.extend(traces.iter().map(|(n, t)| (*n, Work::Trace(t, trace_calls))));
         let handoff_pairs = (cores / 2).max(1);
         let sections: Vec<(String, Work<'static>, usize)> = works
             .iter()
@@ -592,7 +623,11 @@ impl Experiment for Alloc {
             let id = leak(id.clone());
             let what = match work {
                 Work::Random(_) => format!("seed 001's random workload (1–512 B, 40 % purged every 256), {t} threads"),
-                Work::Trace(_) => format!("trace {}, one copy on each of {t} threads", id.split('-').next().unwrap_or("")),
+                Work::Trace(tr, n) => format!(
+                    "trace {}, {} calls, one copy on each of {t} threads",
+                    id.split('-').next().unwrap_or(""),
+                    tr.events.len().min(*n)
+                ),
                 Work::Handoff(_) => format!("{t} producers allocate, {t} consumers free (remote frees)"),
             };
             plan.section(
@@ -604,6 +639,7 @@ impl Experiment for Alloc {
                     .metric(Metric::count("p999", "cycles per call, p99.9"))
                     .metric(Metric::count("rss", "peak RSS, MiB"))
                     .metric(Metric::ratio("overhead", "peak RSS / peak requested bytes"))
+                    .metric(Metric::count("faults", "page faults per 1000 calls (the whole process)"))
                     .metric(Metric::count("slow", "calls above the cut-off without a system call, per 10^9 timed cycles (+1)").hidden()),
             );
             let limit = Duration::from_secs(if quick { 60 } else { 300 });
