@@ -22,7 +22,8 @@ fn library(given: Option<&Path>) -> CliResult<PathBuf> {
             Err(exit::usage(format!("{}: no such library", p.display())))
         };
     }
-    let exe = std::env::current_exe().map_err(|e| CliError::Execution(format!("cannot find this executable: {e}")))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::Execution(format!("cannot find this executable: {e}")))?;
     let so = exe.with_file_name(LIBRARY);
     if so.is_file() {
         Ok(so)
@@ -52,7 +53,8 @@ pub fn record(out: &Path, library_path: Option<&Path>, command: &[OsString]) -> 
     };
     let so = library(library_path)?;
     let dir = std::env::temp_dir().join(format!("spindle-alloc-record-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| CliError::Execution(format!("{}: {e}", dir.display())))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| CliError::Execution(format!("{}: {e}", dir.display())))?;
     let preload = match std::env::var_os("LD_PRELOAD") {
         Some(p) if !p.is_empty() => {
             let mut s = so.clone().into_os_string();
@@ -70,13 +72,19 @@ pub fn record(out: &Path, library_path: Option<&Path>, command: &[OsString]) -> 
         .map_err(|e| CliError::Execution(format!("cannot run {}: {e}", program.to_string_lossy())));
     let result = child.and_then(|mut c| {
         let pid = c.id();
-        let status = c.wait().map_err(|e| CliError::Execution(format!("wait: {e}")))?;
+        let status = c
+            .wait()
+            .map_err(|e| CliError::Execution(format!("wait: {e}")))?;
         convert(&dir.join(format!("raw.{pid}")), out, status)
     });
-    let others = std::fs::read_dir(&dir).map(|d| d.count().saturating_sub(1)).unwrap_or(0);
+    let others = std::fs::read_dir(&dir)
+        .map(|d| d.count().saturating_sub(1))
+        .unwrap_or(0);
     let _ = std::fs::remove_dir_all(&dir);
     if others > 0 && result.is_ok() {
-        eprintln!("note: the command started {others} more processes; only its own calls were kept");
+        eprintln!(
+            "note: the command started {others} more processes; only its own calls were kept"
+        );
     }
     result
 }
@@ -88,16 +96,22 @@ fn convert(raw: &Path, out: &Path, status: std::process::ExitStatus) -> CliResul
             raw.display()
         ))
     })?;
-    let (trace, dropped) = Trace::from_raw(&bytes).map_err(|e| CliError::Execution(e.to_string()))?;
+    let (trace, dropped) =
+        Trace::from_raw(&bytes).map_err(|e| CliError::Execution(e.to_string()))?;
     let encoded = trace.encode();
-    std::fs::write(out, &encoded).map_err(|e| CliError::Execution(format!("{}: {e}", out.display())))?;
+    std::fs::write(out, &encoded)
+        .map_err(|e| CliError::Execution(format!("{}: {e}", out.display())))?;
     eprintln!(
         "recorded {} calls ({} blocks live at most, {dropped} calls dropped) into {} ({} bytes){}",
         trace.events.len(),
         trace.ids,
         out.display(),
         encoded.len(),
-        if status.success() { String::new() } else { format!("; the command failed: {status}") }
+        if status.success() {
+            String::new()
+        } else {
+            format!("; the command failed: {status}")
+        }
     );
     Ok(exit::HOLDS)
 }
@@ -112,7 +126,10 @@ pub fn replay(path: &Path, allocators: &[String], threads: usize, json: bool) ->
             .map(|a| {
                 Who::parse(a).ok_or_else(|| {
                     let names: Vec<_> = Who::ALL.iter().map(|w| w.id()).collect();
-                    exit::usage(format!("unknown allocator '{a}' (one of: {})", names.join(", ")))
+                    exit::usage(format!(
+                        "unknown allocator '{a}' (one of: {})",
+                        names.join(", ")
+                    ))
                 })
             })
             .collect::<CliResult<_>>()?
@@ -144,17 +161,35 @@ pub fn replay(path: &Path, allocators: &[String], threads: usize, json: bool) ->
                 r
             }).collect::<Vec<_>>(),
         });
-        serde_json::to_writer_pretty(&mut o, &v).map_err(std::io::Error::from).map_err(w)?;
+        serde_json::to_writer_pretty(&mut o, &v)
+            .map_err(std::io::Error::from)
+            .map_err(w)?;
         writeln!(o).map_err(w)?;
     } else {
-        writeln!(o, "{} calls × {threads} threads (one copy each)", trace.events.len()).map_err(w)?;
-        writeln!(o, "{:<10} {:>9} {:>9} {:>11} {:>9} {:>9} {:>9}", "allocator", "ns/call", "cyc/call", "cyc<50000", "p99.9", "RSS MiB", "RSS/live").map_err(w)?;
+        writeln!(
+            o,
+            "{} calls × {threads} threads (one copy each)",
+            trace.events.len()
+        )
+        .map_err(w)?;
+        writeln!(
+            o,
+            "{:<10} {:>9} {:>9} {:>11} {:>9} {:>9} {:>9}",
+            "allocator", "ns/call", "cyc/call", "cyc<50000", "p99.9", "RSS MiB", "RSS/live"
+        )
+        .map_err(w)?;
         for (who, m) in &rows {
             let g = |k: &str| m.iter().find(|x| x.0 == k).map_or(f64::NAN, |x| x.1);
             writeln!(
                 o,
                 "{:<10} {:>9.1} {:>9.1} {:>11.1} {:>9.0} {:>9.1} {:>9.2}",
-                who.id(), g("ns"), g("cyc"), g("cyc_cut"), g("p999"), g("rss"), g("overhead")
+                who.id(),
+                g("ns"),
+                g("cyc"),
+                g("cyc_cut"),
+                g("p999"),
+                g("rss"),
+                g("overhead")
             )
             .map_err(w)?;
         }

@@ -89,7 +89,7 @@ fn lab_smoke_runs_every_experiment_with_a_complete_report() {
     assert_eq!(v["state"], "complete");
     assert_eq!(v["schema"], 3);
     let experiments = v["experiments"].as_array().unwrap();
-    assert_eq!(experiments.len(), 15, "{:?}", v["failures"]);
+    assert_eq!(experiments.len(), 16, "{:?}", v["failures"]);
     let contention = &experiments[0];
     assert_eq!(contention["name"], "contention");
     assert_eq!(

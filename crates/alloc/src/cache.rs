@@ -221,8 +221,6 @@ fn register() -> Result<*mut u8, bool> {
     a.ok_or(true)
 }
 
-
-
 const DONE: usize = 0;
 const BOUNCE: usize = 1;
 const NO_SLOT: usize = 2;
@@ -377,7 +375,14 @@ unsafe fn bump_rseq(area: *mut u8, index: usize, base: usize, size: usize) -> (u
 }
 
 #[inline(always)]
-unsafe fn swap_rseq(area: *mut u8, index: usize, base: usize, off: usize, old: usize, new: usize) -> usize {
+unsafe fn swap_rseq(
+    area: *mut u8,
+    index: usize,
+    base: usize,
+    off: usize,
+    old: usize,
+    new: usize,
+) -> usize {
     // SAFETY: as in pop_rseq; off is a word of the record.
     unsafe {
         rseq_op!(area, index, base;
@@ -467,7 +472,9 @@ pub fn swap(c: usize, off: usize, old: usize, new: usize) -> Outcome {
             let base = SLABS.load(Relaxed) + c * RECORD;
             // SAFETY: as in pop.
             let s = unsafe { swap_rseq(a, INDEX_FIELD.load(Relaxed), base, off, old, new) };
-            outcome(s, 0, || on_thread_slab(|r| plain::swap(r, off, old, new), c))
+            outcome(s, 0, || {
+                on_thread_slab(|r| plain::swap(r, off, old, new), c)
+            })
         }
         Target::Thread(slab) => plain::swap(slab + c * RECORD, off, old, new),
         Target::None => Outcome::NoCache,
@@ -480,7 +487,8 @@ pub fn read(c: usize) -> Option<[usize; 4]> {
     let r = match target() {
         Target::Cpu(a) => {
             // SAFETY: reads this thread's area (the index field).
-            let i = unsafe { core::ptr::read_volatile(a.add(INDEX_FIELD.load(Relaxed)) as *const u32) };
+            let i =
+                unsafe { core::ptr::read_volatile(a.add(INDEX_FIELD.load(Relaxed)) as *const u32) };
             // SAFETY: as above.
             let cpu = unsafe { core::ptr::read_volatile(a.add(rseq::CPU_ID) as *const i32) };
             if cpu < 0 || i as usize >= MAX_INDEX {
@@ -494,7 +502,9 @@ pub fn read(c: usize) -> Option<[usize; 4]> {
     };
     // SAFETY: a record in the slabs (racy reads of words other threads on this CPU may be
     // committing; each word is read whole).
-    Some(core::array::from_fn(|k| unsafe { core::ptr::read_volatile((r + 8 * k) as *const usize) }))
+    Some(core::array::from_fn(|k| unsafe {
+        core::ptr::read_volatile((r + 8 * k) as *const usize)
+    }))
 }
 
 /// A thread whose CPU slot is unusable (no index, registration failed) uses its own slab.

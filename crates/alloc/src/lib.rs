@@ -2,13 +2,13 @@
 //! per-CPU caches on restartable sequences in front of it.
 //!
 //! ```text
-//!  malloc(n) ── class_of(n) ──► per-CPU cache (rseq stack of free blocks, ~5 instructions)
-//!                                  │ empty                      ▲ full: half goes back
-//!                                  ▼                            │
+//!  malloc(n) ── class_of(n) ──► per-CPU cache: two free lists and a run of fresh blocks
+//!                                  │ both lists empty (rseq)    ▲ both full: one list goes
+//!                                  ▼                            │ back whole
 //!                               shared stack of batches per class (lock-free, cmpxchg16b)
 //!                                  │ empty
 //!                                  ▼
-//!                               the class's frontier in its current 1 MiB span (CAS)
+//!                               the class's frontier in its current span (CAS)
 //!                                  │ region full
 //!  n > 64 KiB ───────────────────► mmap / munmap per block (mremap for realloc)
 //! ```
@@ -16,17 +16,17 @@
 //! - **Classes** ([`classes`]): each request is rounded up to one of 44 classes from 16 B to
 //!   64 KiB; every class is a heap of equal blocks, so a freed block is as good as a fresh one
 //!   and memory never splinters into holes that only smaller requests can use.
-//! - **Caches** ([`cache`](crate::cache)): on glibc 2.35+ (or any Linux 4.18+ where we can
-//!   register) each CPU has a stack of free blocks per class, popped and pushed by
-//!   restartable sequences: no atomic instruction, no lock, no thread-local storage on
-//!   glibc. Without rseq each thread has a cache of its own instead ([`cache_mode`] says
-//!   which runs).
-//! - **Shared stacks and spans** ([`central`](crate::central)): caches trade batches of half
-//!   their capacity with a per-class lock-free stack; new blocks come from the class's span,
-//!   carved by address arithmetic so that never-used blocks' pages stay untouched.
+//! - **Caches** ([`cache`]): on glibc 2.35+ (or any Linux 4.18+ where we can register)
+//!   each CPU has, per class, two free lists and a run of never-used blocks, popped and
+//!   pushed by restartable sequences: no atomic instruction, no lock, no thread-local
+//!   storage on glibc. Without rseq each thread has a cache of its own instead
+//!   ([`cache_mode`] says which runs).
+//! - **Shared stacks and spans** ([`central`]): caches trade whole lists with a per-class
+//!   lock-free stack, in O(1); new blocks come from the class's span (64 KiB chunks of the
+//!   region), carved by address arithmetic so that never-used blocks' pages stay untouched.
 //! - **The OS** ([`os`]): one `MAP_NORESERVE` reservation of 64 GiB of address space (less
-//!   where the system refuses), spans never unmapped; blocks above 64 KiB mapped one by
-//!   one. **Returning memory:** a freed block of 16 KiB or more that goes to a shared stack
+//!   where the system refuses), spans never unmapped (`SPINDLE_ALLOC_THP=1` asks for
+//!   transparent huge pages on it); blocks above 64 KiB mapped one by one. **Returning memory:** a freed block of 16 KiB or more that goes to a shared stack
 //!   already holding 1 MiB of its class gives its whole pages (all but the first, which holds
 //!   the links) back with `MADV_DONTNEED`; a large block is unmapped when freed.
 //!
@@ -201,7 +201,9 @@ fn refill(c: usize, o: Outcome) -> *mut u8 {
         } else if addr(loaded) == 0 {
             if let Some((first, n)) = central::pop_batch(c) {
                 let rest = central::next_in_batch(first);
-                if n > 1 && cache::swap(c, LIST0 + 8 * sel, 0, pack(rest, n - 1)) != Outcome::Done(0) {
+                if n > 1
+                    && cache::swap(c, LIST0 + 8 * sel, 0, pack(rest, n - 1)) != Outcome::Done(0)
+                {
                     central::push_batch(c, rest, n - 1);
                 }
                 return first as *mut u8;

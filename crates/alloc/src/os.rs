@@ -179,7 +179,8 @@ pub unsafe fn large_realloc(p: *mut u8, size: usize) -> *mut u8 {
     count_call();
     // SAFETY: remapping this block's whole mapping; the old addresses are not used again if
     // it moves (the caller takes the new pointer).
-    let Ok(base) = (unsafe { mm::mremap(old_base as *mut c_void, old_len, len, MremapFlags::MAYMOVE) })
+    let Ok(base) =
+        (unsafe { mm::mremap(old_base as *mut c_void, old_len, len, MremapFlags::MAYMOVE) })
     else {
         return ptr::null_mut();
     };

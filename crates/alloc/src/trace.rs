@@ -384,3 +384,75 @@ impl Trace {
         Ok((t, dropped))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(records: &[(u8, u64, u64, u64)]) -> Vec<u8> {
+        let mut b = vec![0u8; 64];
+        b[..8].copy_from_slice(&RAW_MAGIC.to_le_bytes());
+        b[8..16].copy_from_slice(&(records.len() as u64).to_le_bytes());
+        for &(op, size, old, new) in records {
+            let mut r = [0u8; 32];
+            r[0] = op;
+            r[8..16].copy_from_slice(&size.to_le_bytes());
+            r[16..24].copy_from_slice(&old.to_le_bytes());
+            r[24..32].copy_from_slice(&new.to_le_bytes());
+            b.extend(r);
+        }
+        b
+    }
+
+    #[test]
+    fn raw_recordings_become_id_traces_that_round_trip() {
+        let (t, dropped) = Trace::from_raw(&raw(&[
+            (1, 24, 0, 0x1000),       // malloc a
+            (1, 300, 0, 0x2000),      // malloc b
+            (3, 600, 0x2000, 0x3000), // realloc b, moved
+            (2, 0, 0x1000, 0),        // free a
+            (2, 0, 0x9999, 0),        // free of a block never seen: dropped
+            (3, 0, 0x3000, 0),        // realloc(b, 0): a free
+            (3, 64, 0, 0x1000),       // realloc(NULL, 64): a malloc (address reused)
+            (0, 0, 0, 0),             // never written
+            (3, 128, 0x1000, 0),      // failed realloc: the block stays
+            (2, 0, 0x1000, 0),        // ... and is freed later
+        ]))
+        .unwrap();
+        assert_eq!(dropped, 2);
+        use Event::*;
+        assert_eq!(
+            t.events,
+            vec![
+                Malloc { id: 0, size: 24 },
+                Malloc { id: 1, size: 300 },
+                Realloc {
+                    from: 1,
+                    to: 2,
+                    size: 600
+                },
+                Free { id: 0 },
+                Free { id: 2 },
+                Malloc { id: 2, size: 64 },
+                Free { id: 2 },
+            ]
+        );
+        assert_eq!(Trace::decode(&t.encode()).unwrap(), t);
+        assert!(Trace::decode(b"SPAT1\n\x01\x80").is_err());
+        assert!(Trace::decode(b"nope").is_err());
+        assert!(Trace::from_raw(b"short").is_err());
+    }
+
+    #[test]
+    fn a_block_reused_without_a_recorded_free_is_freed_in_the_trace() {
+        let (t, _) = Trace::from_raw(&raw(&[(1, 8, 0, 0x1000), (1, 8, 0, 0x1000)])).unwrap();
+        assert_eq!(
+            t.events,
+            vec![
+                Event::Malloc { id: 0, size: 8 },
+                Event::Free { id: 0 },
+                Event::Malloc { id: 1, size: 8 },
+            ]
+        );
+    }
+}

@@ -223,11 +223,12 @@ impl Rng {
 }
 
 fn alloc_timed(a: &dyn GlobalAlloc, size: usize, t: &mut Times, floor: bool) -> *mut u8 {
-    // SAFETY (both arms): a non-zero layout.
     if floor {
         t.call(|| ());
+        // SAFETY: a non-zero layout.
         unsafe { a.alloc(layout(size)) }
     } else {
+        // SAFETY: a non-zero layout.
         t.call(|| unsafe { a.alloc(layout(size)) })
     }
 }
@@ -235,17 +236,25 @@ fn alloc_timed(a: &dyn GlobalAlloc, size: usize, t: &mut Times, floor: bool) -> 
 fn free_timed(a: &dyn GlobalAlloc, p: usize, size: usize, t: &mut Times, floor: bool) {
     // (A handoff consumer frees what it never counted: wrapping, and not used there.)
     t.live = t.live.wrapping_sub(size);
-    // SAFETY (both arms): p is a live block of `a` with this layout.
     if floor {
         t.call(|| ());
+        // SAFETY: p is a live block of `a` with this layout.
         unsafe { a.dealloc(p as *mut u8, layout(size)) }
     } else {
+        // SAFETY: p is a live block of `a` with this layout.
         t.call(|| unsafe { a.dealloc(p as *mut u8, layout(size)) })
     }
 }
 
 /// Seed 001's workload on one thread.
-fn random(a: &dyn GlobalAlloc, n: usize, seed: u64, t: &mut Times, floor: bool, live: &mut Vec<(usize, usize)>) {
+fn random(
+    a: &dyn GlobalAlloc,
+    n: usize,
+    seed: u64,
+    t: &mut Times,
+    floor: bool,
+    live: &mut Vec<(usize, usize)>,
+) {
     let mut rng = Rng(seed | 1);
     for i in 0..n {
         let size = 1 + (rng.next() % 512) as usize;
@@ -269,7 +278,13 @@ fn random(a: &dyn GlobalAlloc, n: usize, seed: u64, t: &mut Times, floor: bool, 
 }
 
 /// One copy of a trace on one thread; `table` has a slot per id.
-fn replay(a: &dyn GlobalAlloc, trace: &Trace, calls: usize, t: &mut Times, table: &mut [(usize, usize)]) {
+fn replay(
+    a: &dyn GlobalAlloc,
+    trace: &Trace,
+    calls: usize,
+    t: &mut Times,
+    table: &mut [(usize, usize)],
+) {
     for (i, e) in trace.events.iter().take(calls).enumerate() {
         match *e {
             Event::Malloc { id, size } => {
@@ -479,11 +494,22 @@ extern "C" {
 /// Runs one trial in a child process forked for it; the child writes its [`Out`] into a
 /// shared page and exits without running destructors. A child that crashes or takes longer
 /// than `limit` is reported as an error (and killed).
-fn in_child(who: Who, work: Work<'_>, threads: usize, floor: bool, limit: Duration) -> Result<Out, String> {
+fn in_child(
+    who: Who,
+    work: Work<'_>,
+    threads: usize,
+    floor: bool,
+    limit: Duration,
+) -> Result<Out, String> {
     use rustix::mm::{mmap_anonymous, munmap, MapFlags, ProtFlags};
     // SAFETY: a new shared anonymous page, unmapped below.
     let page = unsafe {
-        mmap_anonymous(std::ptr::null_mut(), 4096, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED)
+        mmap_anonymous(
+            std::ptr::null_mut(),
+            4096,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::SHARED,
+        )
     }
     .map_err(|e| format!("mmap: {e}"))? as *mut Out;
     // SAFETY: fork; the child only runs the workload (allocations through glibc, which is
@@ -502,8 +528,14 @@ fn in_child(who: Who, work: Work<'_>, threads: usize, floor: bool, limit: Durati
     } else {
         wait_child(pid, limit)
             // SAFETY: the child finished writing before it exited.
-            .and_then(|()| Ok(unsafe { page.read() }))
-            .and_then(|o| if o.done == 1 { Ok(o) } else { Err("the child wrote no result".into()) })
+            .map(|()| unsafe { page.read() })
+            .and_then(|o| {
+                if o.done == 1 {
+                    Ok(o)
+                } else {
+                    Err("the child wrote no result".into())
+                }
+            })
     };
     // SAFETY: our page, no longer used.
     let _ = unsafe { munmap(page.cast(), 4096) };
@@ -529,7 +561,10 @@ fn wait_child(pid: i32, limit: Duration) -> Result<(), String> {
                 kill(pid, 9);
                 waitpid(pid, &mut status, 0);
             }
-            return Err(format!("the trial's child took more than {} s and was killed", limit.as_secs()));
+            return Err(format!(
+                "the trial's child took more than {} s and was killed",
+                limit.as_secs()
+            ));
         }
         std::thread::sleep(Duration::from_micros(500));
     }
@@ -537,9 +572,15 @@ fn wait_child(pid: i32, limit: Duration) -> Result<(), String> {
     if status & 0x7f == 0 && (status >> 8) & 0xff == 0 {
         Ok(())
     } else if status & 0x7f != 0 {
-        Err(format!("the trial's child died of signal {}", status & 0x7f))
+        Err(format!(
+            "the trial's child died of signal {}",
+            status & 0x7f
+        ))
     } else {
-        Err(format!("the trial's child exited with {}", (status >> 8) & 0xff))
+        Err(format!(
+            "the trial's child exited with {}",
+            (status >> 8) & 0xff
+        ))
     }
 }
 
@@ -560,14 +601,26 @@ fn sample(o: &Out) -> Sample {
 
 /// `spindle alloc replay`: one trace on `threads` threads (one copy each) of `who`, in a
 /// child process; the metrics by name.
-pub fn replay_cli(trace: &Trace, who: Who, threads: usize) -> Result<Vec<(&'static str, f64)>, String> {
-    let o = in_child(who, Work::Trace(trace, usize::MAX), threads, false, Duration::from_secs(600))?;
+pub fn replay_cli(
+    trace: &Trace,
+    who: Who,
+    threads: usize,
+) -> Result<Vec<(&'static str, f64)>, String> {
+    let o = in_child(
+        who,
+        Work::Trace(trace, usize::MAX),
+        threads,
+        false,
+        Duration::from_secs(600),
+    )?;
     let s = sample(&o);
-    Ok(["ns", "cyc", "cyc_cut", "p999", "rss", "overhead", "faults", "slow"]
-        .into_iter()
-        .map(|m| (m, s.value(m).unwrap_or(f64::NAN)))
-        .chain([("calls", o.calls as f64)])
-        .collect())
+    Ok([
+        "ns", "cyc", "cyc_cut", "p999", "rss", "overhead", "faults", "slow",
+    ]
+    .into_iter()
+    .map(|m| (m, s.value(m).unwrap_or(f64::NAN)))
+    .chain([("calls", o.calls as f64)])
+    .collect())
 }
 
 fn leak(s: String) -> &'static str {
@@ -597,7 +650,11 @@ impl Experiment for Alloc {
             .map_err(|e| format!("a shipped trace does not parse: {e}"))?;
         // Quick: about 10 ms of calls per trial at one thread, so that the claims get their
         // trials in a share of the lab's budget.
-        let (per_thread, trace_calls) = if quick { (15_000, 60_000) } else { (400_000, usize::MAX) };
+        let (per_thread, trace_calls) = if quick {
+            (15_000, 60_000)
+        } else {
+            (400_000, usize::MAX)
+        };
         let mut threads = vec![1, cores, 4 * cores];
         threads.dedup();
         let failure = std::sync::Mutex::new(None::<String>);
@@ -608,27 +665,43 @@ impl Experiment for Alloc {
         plan.param("spindle-alloc cache", spindle_alloc_mode());
         for (name, what, _) in TRACES {
             let t = &traces.iter().find(|t| t.0 == *name).expect("parsed").1;
-            plan.param(format!("trace {name}"), format!("{what}: {} calls recorded", t.events.len()));
+            plan.param(
+                format!("trace {name}"),
+                format!("{what}: {} calls recorded", t.events.len()),
+            );
         }
         let traces: &'static [(&str, Trace)] = Box::leak(traces.into_boxed_slice());
-        let mut works: Vec<(&'static str, Work<'static>)> = vec![("random", Work::Random(per_thread))];
-        works.extend(traces.iter().map(|(n, t)| (*n, Work::Trace(t, trace_calls))));
+        let mut works: Vec<(&'static str, Work<'static>)> =
+            vec![("random", Work::Random(per_thread))];
+        works.extend(
+            traces
+                .iter()
+                .map(|(n, t)| (*n, Work::Trace(t, trace_calls))),
+        );
         let handoff_pairs = (cores / 2).max(1);
         let sections: Vec<(String, Work<'static>, usize)> = works
             .iter()
             .flat_map(|&(n, w)| threads.iter().map(move |&t| (format!("{n}-{t}"), w, t)))
-            .chain([(format!("handoff-{}", 2 * handoff_pairs), Work::Handoff(per_thread), handoff_pairs)])
+            .chain([(
+                format!("handoff-{}", 2 * handoff_pairs),
+                Work::Handoff(per_thread),
+                handoff_pairs,
+            )])
             .collect();
         for (id, work, t) in &sections {
             let id = leak(id.clone());
             let what = match work {
-                Work::Random(_) => format!("seed 001's random workload (1–512 B, 40 % purged every 256), {t} threads"),
+                Work::Random(_) => format!(
+                    "seed 001's random workload (1–512 B, 40 % purged every 256), {t} threads"
+                ),
                 Work::Trace(tr, n) => format!(
                     "trace {}, {} calls, one copy on each of {t} threads",
                     id.split('-').next().unwrap_or(""),
                     tr.events.len().min(*n)
                 ),
-                Work::Handoff(_) => format!("{t} producers allocate, {t} consumers free (remote frees)"),
+                Work::Handoff(_) => {
+                    format!("{t} producers allocate, {t} consumers free (remote frees)")
+                }
             };
             plan.section(
                 Section::new(id, what)
@@ -643,7 +716,11 @@ impl Experiment for Alloc {
                     .metric(Metric::count("slow", "calls above the cut-off without a system call, per 10^9 timed cycles (+1)").hidden()),
             );
             let limit = Duration::from_secs(if quick { 60 } else { 300 });
-            let threads_used = if matches!(work, Work::Handoff(_)) { 2 * t } else { *t };
+            let threads_used = if matches!(work, Work::Handoff(_)) {
+                2 * t
+            } else {
+                *t
+            };
             let variants: Vec<(Who, bool)> = Who::ALL
                 .iter()
                 .map(|&w| (w, false))
@@ -652,17 +729,23 @@ impl Experiment for Alloc {
             for (who, floor) in variants {
                 let (work, t) = (*work, *t);
                 let (vid, label) = if floor {
-                    (format!("{id}-timer"), "timer floor: an empty timed section per call (spindle-alloc untimed)".to_string())
+                    (
+                        format!("{id}-timer"),
+                        "timer floor: an empty timed section per call (spindle-alloc untimed)"
+                            .to_string(),
+                    )
                 } else {
                     (format!("{id}-{}", who.id()), who.label().to_string())
                 };
                 plan.variant(
-                    Variant::fixed(id, vid, label, move || match in_child(who, work, t, floor, limit) {
-                        Ok(o) => sample(&o),
-                        Err(e) => {
-                            let mut f = failure.lock().unwrap_or_else(|e| e.into_inner());
-                            f.get_or_insert(format!("{}: {e}", who.id()));
-                            Sample::new()
+                    Variant::fixed(id, vid, label, move || {
+                        match in_child(who, work, t, floor, limit) {
+                            Ok(o) => sample(&o),
+                            Err(e) => {
+                                let mut f = failure.lock().unwrap_or_else(|e| e.into_inner());
+                                f.get_or_insert(format!("{}: {e}", who.id()));
+                                Sample::new()
+                            }
                         }
                     })
                     .threads(threads_used),
@@ -677,7 +760,10 @@ impl Experiment for Alloc {
                 }
             }
         });
-        claims(&mut plan, &sections.iter().map(|s| s.0.clone()).collect::<Vec<_>>());
+        claims(
+            &mut plan,
+            &sections.iter().map(|s| s.0.clone()).collect::<Vec<_>>(),
+        );
         ctx.measure(plan)
     }
 }
@@ -694,8 +780,18 @@ fn claims(plan: &mut Plan<'_>, sections: &[String]) {
         if s.starts_with("handoff") {
             continue;
         }
-        plan.claim(g("rss", format!("{s}: spindle-alloc's peak RSS is at most 1.1 × mimalloc's"), "rss", 1.1));
-        plan.claim(g("p999", format!("{s}: spindle-alloc's p99.9 cycles per call are at most mimalloc's"), "p999", 1.0));
+        plan.claim(g(
+            "rss",
+            format!("{s}: spindle-alloc's peak RSS is at most 1.1 × mimalloc's"),
+            "rss",
+            1.1,
+        ));
+        plan.claim(g(
+            "p999",
+            format!("{s}: spindle-alloc's p99.9 cycles per call are at most mimalloc's"),
+            "p999",
+            1.0,
+        ));
     }
     plan.claim(
         Claim::guarantee(
@@ -716,4 +812,48 @@ fn spindle_alloc_mode() -> String {
         SPINDLE.dealloc(SPINDLE.alloc(l), l);
     }
     spindle_alloc::cache_mode().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_ordered_and_cover_their_values() {
+        let mut last = 0;
+        for v in [0u64, 1, 63, 64, 65, 100, 1000, 50_000, 1 << 40, u64::MAX] {
+            let b = bucket(v);
+            assert!(b >= last && b < 1024, "{v}");
+            assert!(bucket_low(b) <= v, "{v}");
+            last = b;
+        }
+    }
+
+    #[test]
+    fn every_contestant_runs_every_workload_and_a_child_reports_back() {
+        let traces: Vec<Trace> = TRACES.iter().map(|t| Trace::decode(t.2).unwrap()).collect();
+        assert!(traces.iter().all(|t| t.events.len() > 100_000));
+        for who in Who::ALL {
+            for work in [
+                Work::Random(3000),
+                Work::Trace(&traces[0], 5000),
+                Work::Handoff(2000),
+            ] {
+                let o = run_work(who, work, 2, false);
+                assert!(o.calls >= 4000, "{} {}", who.id(), o.calls);
+                assert!(o.sum >= o.sum_cut && o.p999 > 0, "{}", who.id());
+            }
+            assert_eq!(Who::parse(who.id()), Some(who));
+        }
+        let o = in_child(
+            Who::Spindle,
+            Work::Random(2000),
+            1,
+            true,
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        let s = sample(&o);
+        assert!(s.value("ns").unwrap() > 0.0 && s.value("rss").unwrap() >= 0.0);
+    }
 }
