@@ -197,9 +197,11 @@ fn list(json: bool) -> CliResult<u8> {
             println!("  {:<11} reference: {}", "", r.cite());
         }
     }
-    println!("\nPlanned, not built yet:");
-    for (name, what) in spindle_lab::experiments::PLANNED {
-        println!("  {name:<11} {what}");
+    if !spindle_lab::experiments::PLANNED.is_empty() {
+        println!("\nPlanned, not built yet:");
+        for (name, what) in spindle_lab::experiments::PLANNED {
+            println!("  {name:<11} {what}");
+        }
     }
     println!(
         "\nThe quick profile runs them all in at most {:.0} s, the full profile in at most {:.0} s.",

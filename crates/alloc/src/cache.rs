@@ -14,8 +14,8 @@
 //!
 //! # Operations: every one constant time, every one a single committing store
 //! ```text
-//! pop(c):       w = list[sel]; p = w.addr; p == 0: bump(c)
-//!               list[sel] = (p.next, w.count - 1)                 (commit)
+//! pop(c):       l = list[sel], or list[1-sel] if that is empty, else bump(c)
+//!               w = l; p = w.addr; l = (p.next, w.count - 1)       (commit)
 //! push(c, p):   w = list[sel]; w.count >= cap(c): full
 //!               p.next = w.addr;  list[sel] = (p, w.count + 1)   (commit)
 //! bump(c):      w = bump; w.count == 0: empty
@@ -69,8 +69,8 @@ pub const LIST0: usize = 0;
 pub const SEL: usize = 16;
 /// See [`LIST0`].
 pub const BUMP: usize = 24;
-/// Bytes of one slab (rounded to whole 128-byte line pairs).
-pub const SLAB_BYTES: usize = (CLASSES * RECORD).div_ceil(128) * 128;
+/// Bytes of one slab: a power of two (the index becomes a shift), at least the records.
+pub const SLAB_BYTES: usize = (CLASSES * RECORD).next_power_of_two();
 /// Per-CPU slabs reserved: `mm_cid`s and CPU numbers at or above this use thread caches.
 pub const MAX_INDEX: usize = 1024;
 
@@ -98,10 +98,25 @@ const GLIBC: u8 = 2;
 const OWN: u8 = 3;
 const THREAD: u8 = 4;
 
-static MODE: AtomicU8 = AtomicU8::new(UNDECIDED);
-static GLIBC_OFFSET: AtomicIsize = AtomicIsize::new(0);
-static INDEX_FIELD: AtomicUsize = AtomicUsize::new(rseq::CPU_ID);
-static SLABS: AtomicUsize = AtomicUsize::new(0);
+/// The words every operation reads, on one cache line.
+#[repr(C, align(64))]
+struct Config {
+    mode: AtomicU8,
+    glibc_offset: AtomicIsize,
+    index_field: AtomicUsize,
+    slabs: AtomicUsize,
+}
+
+static CONFIG: Config = Config {
+    mode: AtomicU8::new(UNDECIDED),
+    glibc_offset: AtomicIsize::new(0),
+    index_field: AtomicUsize::new(rseq::CPU_ID),
+    slabs: AtomicUsize::new(0),
+};
+static MODE: &AtomicU8 = &CONFIG.mode;
+static GLIBC_OFFSET: &AtomicIsize = &CONFIG.glibc_offset;
+static INDEX_FIELD: &AtomicUsize = &CONFIG.index_field;
+static SLABS: &AtomicUsize = &CONFIG.slabs;
 
 /// What a cache operation did.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -244,7 +259,7 @@ macro_rules! rseq_op {
             "mov eax, dword ptr [{area} + {index}]",
             "cmp rax, {n}",
             "jae 7f",
-            "imul rax, rax, {stride}",
+            "shl rax, {shift}",
             "add rax, {base}",
             $($body),+,
             "5:",
@@ -272,7 +287,7 @@ macro_rules! rseq_op {
             index = in(reg) $index,
             base = in(reg) $base,
             n = const MAX_INDEX,
-            stride = const SLAB_BYTES,
+            shift = const SLAB_BYTES.trailing_zeros(),
             cpu = const rseq::CPU_ID,
             cs = const rseq::RSEQ_CS,
             sig = const rseq::SIGNATURE,
@@ -290,19 +305,28 @@ macro_rules! rseq_op {
 #[inline(always)]
 unsafe fn pop_rseq(area: *mut u8, index: usize, base: usize, size: usize) -> (usize, usize) {
     let p: usize;
-    // SAFETY: the module's protocol; rcx, rdx, r8, r9 are scratch, rdx the block. Both
-    // branches (the loaded list, else the run of never-used blocks) end at the one commit
-    // store, the section's last instruction: rax the word to write, rcx its new value.
+    // SAFETY: the module's protocol; rcx, rdx, r8, r9 are scratch, rdx the block. The three
+    // branches (the loaded list, else the other list, else the run of never-used blocks) end
+    // at the one commit store, the section's last instruction: rax the word to write, rcx
+    // its new value.
     let s = unsafe {
         rseq_op!(area, index, base;
-            "mov rcx, qword ptr [rax + 16]",
-            "lea r9, [rax + 8*rcx]",
+            "mov r9, qword ptr [rax + 16]",
+            "lea r9, [rax + 8*r9]",
             "mov rcx, qword ptr [r9]",
+            "test rcx, rcx",
+            "jnz 22f",
+            // The loaded list is empty: the other one, rax + 8 * (1 - sel) = 2 * rax + 8 - r9.
+            "lea rcx, [rax + rax + 8]",
+            "sub rcx, r9",
+            "mov r9, rcx",
+            "mov rcx, qword ptr [r9]",
+            "test rcx, rcx",
+            "jz 20f",
+            "22:",
             "mov rdx, rcx",
             "shl rdx, 16",
             "shr rdx, 16",
-            "test rdx, rdx",
-            "jz 20f",
             "mov r8, qword ptr [rdx]",
             "shr rcx, 48",
             "sub rcx, 1",
@@ -418,8 +442,9 @@ fn outcome(status: usize, v: usize, retry: impl FnOnce() -> Outcome) -> Outcome 
     }
 }
 
-/// Pops a free block of class `c` from this thread's cache: from the loaded list, or, when
-/// it is empty, the next block of the run of never-used blocks.
+/// Pops a free block of class `c` from this thread's cache: from the loaded list, else from
+/// the other list, else the next block of the run of never-used blocks (freed blocks first:
+/// their pages are resident already).
 #[inline(always)]
 pub fn pop(c: usize) -> Outcome {
     match target() {
@@ -527,7 +552,11 @@ mod plain {
     pub fn pop(r: usize, size: usize) -> Outcome {
         // SAFETY: this thread's slab record; listed blocks are class blocks.
         unsafe {
-            let l = word(r, LIST0 + 8 * *word(r, SEL));
+            let sel = *word(r, SEL);
+            let mut l = word(r, LIST0 + 8 * sel);
+            if *l == 0 {
+                l = word(r, LIST0 + 8 * (1 - sel));
+            }
             let p = addr(*l);
             if p == 0 {
                 return bump(r, size);
@@ -593,7 +622,12 @@ fn make_thread_slab() -> Option<usize> {
     if slab == 0 {
         return None; // stays 1: this thread uses the shared stacks
     }
-    exit::watch(slab);
+    if !exit::watch(slab) {
+        // Nobody would flush it at exit: this thread uses the shared stacks instead.
+        // SAFETY: our fresh slab, never used.
+        unsafe { os::release(slab as *mut u8, SLAB_BYTES) };
+        return None;
+    }
     let _ = THREAD_SLAB.try_with(|c| c.set(slab));
     Some(slab)
 }
@@ -648,15 +682,15 @@ mod exit {
         unsafe { crate::os::release(slab.cast(), super::SLAB_BYTES) };
     }
 
-    /// Arranges for `slab` to be flushed when this thread exits.
-    pub fn watch(slab: usize) {
+    /// Arranges for `slab` to be flushed when this thread exits; false if it cannot.
+    pub fn watch(slab: usize) -> bool {
         let mut key = KEY.load(Acquire);
         if key == NO_KEY {
             let mut k = 0u32;
             // SAFETY: creates a key with our destructor; racing threads may each create one
             // (a few keys wasted, all working).
             if unsafe { pthread_key_create(&mut k, Some(flush)) } != 0 {
-                return;
+                return false;
             }
             key = match KEY.compare_exchange(NO_KEY, k, AcqRel, Acquire) {
                 Ok(_) => k,
@@ -664,6 +698,6 @@ mod exit {
             };
         }
         // SAFETY: a valid key; the value is this thread's slab.
-        unsafe { pthread_setspecific(key, slab as *const c_void) };
+        unsafe { pthread_setspecific(key, slab as *const c_void) == 0 }
     }
 }

@@ -25,10 +25,11 @@
 //!   lock-free stack, in O(1); new blocks come from the class's span (64 KiB chunks of the
 //!   region), carved by address arithmetic so that never-used blocks' pages stay untouched.
 //! - **The OS** ([`os`]): one `MAP_NORESERVE` reservation of 64 GiB of address space (less
-//!   where the system refuses), spans never unmapped (`SPINDLE_ALLOC_THP=1` asks for
-//!   transparent huge pages on it); blocks above 64 KiB mapped one by one. **Returning memory:** a freed block of 16 KiB or more that goes to a shared stack
-//!   already holding 1 MiB of its class gives its whole pages (all but the first, which holds
-//!   the links) back with `MADV_DONTNEED`; a large block is unmapped when freed.
+//!   where the system refuses), spans never unmapped, transparent huge pages asked for
+//!   (`SPINDLE_ALLOC_THP=0`: not); blocks above 64 KiB mapped one by one.
+//!   **Returning memory:** a freed block of 16 KiB or more that goes to a shared stack
+//!   already holding 1 MiB of its class gives its whole pages (all but the first, which
+//!   holds the links) back with `MADV_DONTNEED`; a large block is unmapped when freed.
 //!
 //! Every operation is lock-free except the OS calls; the fast path is constant time.
 //! Use it as Rust's allocator with `#[global_allocator] static A: SpindleAlloc = SpindleAlloc;`,

@@ -125,13 +125,17 @@ pub enum Work<'a> {
 /// The seed's cut-off between ordinary calls and outliers, in cycles.
 pub const CUTOFF: u64 = 50_000;
 
-/// Per-thread timing: a log-linear histogram of cycles per call (16 steps per power of two),
+/// Histogram buckets: 64 exact, then 32 per power of two.
+const BUCKETS: usize = 64 + 58 * 32;
+
+/// Per-thread timing: a log-linear histogram of cycles per call (32 steps per power of two),
 /// the sums with and without the cut-off, and the slow calls that made no system call.
 struct Times {
-    hist: [u64; 1024],
+    hist: [u64; BUCKETS],
     calls: u64,
     sum: u64,
     sum_cut: u64,
+    below_cut: u64,
     slow: u64,
     live: usize,
     peak_live: usize,
@@ -142,7 +146,7 @@ fn bucket(v: u64) -> usize {
         v as usize
     } else {
         let msb = 63 - v.leading_zeros() as usize;
-        64 + (msb - 6) * 16 + ((v >> (msb - 4)) & 15) as usize
+        64 + (msb - 6) * 32 + ((v >> (msb - 5)) & 31) as usize
     }
 }
 
@@ -150,18 +154,33 @@ fn bucket_low(i: usize) -> u64 {
     if i < 64 {
         i as u64
     } else {
-        let (msb, sub) = ((i - 64) / 16 + 6, (i - 64) % 16);
-        (1u64 << msb) | ((sub as u64) << (msb - 4))
+        let (msb, sub) = ((i - 64) / 32 + 6, (i - 64) % 32);
+        (1u64 << msb) | ((sub as u64) << (msb - 5))
+    }
+}
+
+/// The middle of bucket `i` (within 1.6 % of every value in it).
+fn bucket_mid(i: usize) -> f64 {
+    if i < 64 {
+        i as f64
+    } else {
+        let next = if i + 1 < BUCKETS {
+            bucket_low(i + 1)
+        } else {
+            u64::MAX
+        };
+        (bucket_low(i) as f64 + next as f64) / 2.0
     }
 }
 
 impl Times {
     fn new() -> Box<Times> {
         Box::new(Times {
-            hist: [0; 1024],
+            hist: [0; BUCKETS],
             calls: 0,
             sum: 0,
             sum_cut: 0,
+            below_cut: 0,
             slow: 0,
             live: 0,
             peak_live: 0,
@@ -182,6 +201,7 @@ impl Times {
         self.sum += c;
         if c <= CUTOFF {
             self.sum_cut += c;
+            self.below_cut += 1;
         } else if spindle_alloc::os::OS_CALLS.load(Relaxed) == os {
             self.slow += 1;
         }
@@ -368,7 +388,7 @@ fn handoff(a: &(dyn GlobalAlloc + Sync), n: usize, seed: u64, tp: &mut Times, tc
 }
 
 /// What a child sends back.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 #[repr(C)]
 struct Out {
     calls: u64,
@@ -376,13 +396,22 @@ struct Out {
     sum_cut: u64,
     below_cut: u64,
     slow: u64,
-    p999: u64,
+    p999: f64,
     peak_live: u64,
     rss_start_kib: u64,
     hwm_kib: u64,
     wall_ns: u64,
     faults: u64,
+    /// spindle-alloc's cache mode, as text.
+    mode: [u8; 64],
     done: u64,
+}
+
+impl Default for Out {
+    fn default() -> Self {
+        // SAFETY: every field is an integer, a float or bytes: all zeros is a valid value.
+        unsafe { std::mem::zeroed() }
+    }
 }
 
 /// Minor page faults of this process so far (`getrusage`).
@@ -423,6 +452,18 @@ fn status_kib(field: &str) -> u64 {
 /// Runs `work` on `threads` threads of allocator `who`, in the current process.
 fn run_work(who: Who, work: Work<'_>, threads: usize, floor: bool) -> Out {
     let a = who.allocator();
+    // Every allocator's first-use setup (spindle-alloc: its cache mode, region and slabs)
+    // before the start, untimed; glibc's free memory inherited from the parent given back.
+    // SAFETY: one small block, freed at once.
+    unsafe {
+        let l = layout(64);
+        a.dealloc(a.alloc(l), l);
+    }
+    extern "C" {
+        fn malloc_trim(pad: usize) -> i32;
+    }
+    // SAFETY: glibc's malloc_trim has no preconditions.
+    unsafe { malloc_trim(0) };
     let mut times: Vec<Box<Times>> = (0..threads * 2).map(|_| Times::new()).collect();
     let mut tables: Vec<Vec<(usize, usize)>> = (0..threads)
         .map(|_| {
@@ -459,26 +500,31 @@ fn run_work(who: Who, work: Work<'_>, threads: usize, floor: bool) -> Out {
     out.wall_ns = start.elapsed().as_nanos() as u64;
     out.faults = minor_faults().saturating_sub(faults);
     out.hwm_kib = status_kib("VmHWM:");
-    let mut hist = [0u64; 1024];
+    let mut hist = [0u64; BUCKETS];
     for t in &times {
         out.calls += t.calls;
         out.sum += t.sum;
         out.sum_cut += t.sum_cut;
+        out.below_cut += t.below_cut;
         out.slow += t.slow;
         out.peak_live += t.peak_live as u64;
         for (h, x) in hist.iter_mut().zip(t.hist.iter()) {
             *h += x;
         }
     }
-    out.below_cut = hist[..bucket(CUTOFF) + 1].iter().sum();
     let mut seen = 0;
     let rank = (out.calls as f64 * 0.999).ceil() as u64;
     for (i, h) in hist.iter().enumerate() {
         seen += h;
         if seen >= rank {
-            out.p999 = bucket_low(i);
+            out.p999 = bucket_mid(i);
             break;
         }
+    }
+    if who == Who::Spindle {
+        let m = spindle_alloc::cache_mode().as_bytes();
+        let n = m.len().min(out.mode.len());
+        out.mode[..n].copy_from_slice(&m[..n]);
     }
     out.done = 1;
     out
@@ -516,10 +562,17 @@ fn in_child(
     // fork-safe, and through the contestant, which the parent never used) and `_exit`s.
     let pid = unsafe { fork() };
     if pid == 0 {
-        let out = run_work(who, work, threads, floor);
+        // A panic must not unwind into the parent's lab code (the child would go on running
+        // it): it ends the child, which the parent reports.
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_work(who, work, threads, floor)
+        }));
         // SAFETY: the shared page; then leave without unwinding or destructors.
         unsafe {
-            page.write(out);
+            match out {
+                Ok(out) => page.write(out),
+                Err(_) => _exit(101),
+            }
             _exit(0)
         }
     }
@@ -592,11 +645,11 @@ fn sample(o: &Out) -> Sample {
         .with("ns", o.wall_ns as f64 / calls)
         .with("cyc", o.sum as f64 / calls)
         .with("cyc_cut", o.sum_cut as f64 / o.below_cut.max(1) as f64)
-        .with("p999", o.p999 as f64)
+        .with("p999", o.p999)
         .with("rss", rss)
         .with("overhead", rss * 1048576.0 / o.peak_live.max(1) as f64)
         .with("faults", o.faults as f64 * 1000.0 / calls)
-        .with("slow", (o.slow + 1) as f64 * 1e9 / o.sum.max(1) as f64)
+        .with("slow", o.slow as f64 * 1e9 / o.sum.max(1) as f64 + 1.0)
 }
 
 /// `spindle alloc replay`: one trace on `threads` threads (one copy each) of `who`, in a
@@ -631,7 +684,7 @@ impl Experiment for Alloc {
     fn info(&self) -> Info {
         Info {
             name: "alloc",
-            title: "Allocators: seed 001's random workload, real programs' traces and remote frees",
+            title: "Allocators: the LibQ benchmark's random workload, real programs' traces and remote frees",
             summary: "spindle-alloc vs glibc, mimalloc, jemalloc, snmalloc: wall ns and cycles per call (with and without the 50 000-cycle cut-off), p99.9, peak RSS, at 1, cores and 4 × cores threads",
             question: "Is a lock-free size-class allocator on per-CPU rseq caches as fast as today's best allocators, \
                        with as little memory, on the seed's workload and on real programs' allocation traces?",
@@ -707,13 +760,13 @@ impl Experiment for Alloc {
                 Section::new(id, what)
                     .baseline(format!("{id}-mimalloc"))
                     .metric(Metric::time("ns", "wall time per call, all threads (1 / throughput)"))
-                    .metric(Metric::count("cyc", "cycles per call (the seed's sum)"))
+                    .metric(Metric::count("cyc", "cycles per call (LibQ's sum)"))
                     .metric(Metric::count("cyc_cut", "cycles per call below the 50 000-cycle cut-off"))
                     .metric(Metric::count("p999", "cycles per call, p99.9"))
                     .metric(Metric::count("rss", "peak RSS, MiB"))
                     .metric(Metric::ratio("overhead", "peak RSS / peak requested bytes"))
                     .metric(Metric::count("faults", "page faults per 1000 calls (the whole process)"))
-                    .metric(Metric::count("slow", "calls above the cut-off without a system call, per 10^9 timed cycles (+1)").hidden()),
+                    .metric(Metric::count("slow", "calls above the cut-off without a system call, per 10^9 timed cycles, plus 1").hidden()),
             );
             let limit = Duration::from_secs(if quick { 60 } else { 300 });
             let threads_used = if matches!(work, Work::Handoff(_)) {
@@ -804,14 +857,21 @@ fn claims(plan: &mut Plan<'_>, sections: &[String]) {
     );
 }
 
-/// The cache mode spindle-alloc decides in a child (the lab itself never allocates with it).
+/// The cache mode spindle-alloc decides, in a child (the lab itself never allocates with it,
+/// so that every child starts it from nothing).
 fn spindle_alloc_mode() -> String {
-    // SAFETY: one small allocation and its free.
-    unsafe {
-        let l = layout(8);
-        SPINDLE.dealloc(SPINDLE.alloc(l), l);
+    match in_child(
+        Who::Spindle,
+        Work::Random(1),
+        1,
+        false,
+        Duration::from_secs(30),
+    ) {
+        Ok(o) => String::from_utf8_lossy(&o.mode)
+            .trim_end_matches('\0')
+            .to_string(),
+        Err(e) => format!("unknown ({e})"),
     }
-    spindle_alloc::cache_mode().to_string()
 }
 
 #[cfg(test)]
@@ -823,7 +883,7 @@ mod tests {
         let mut last = 0;
         for v in [0u64, 1, 63, 64, 65, 100, 1000, 50_000, 1 << 40, u64::MAX] {
             let b = bucket(v);
-            assert!(b >= last && b < 1024, "{v}");
+            assert!(b >= last && b < BUCKETS, "{v}");
             assert!(bucket_low(b) <= v, "{v}");
             last = b;
         }
@@ -841,7 +901,7 @@ mod tests {
             ] {
                 let o = run_work(who, work, 2, false);
                 assert!(o.calls >= 4000, "{} {}", who.id(), o.calls);
-                assert!(o.sum >= o.sum_cut && o.p999 > 0, "{}", who.id());
+                assert!(o.sum >= o.sum_cut && o.p999 > 0.0, "{}", who.id());
             }
             assert_eq!(Who::parse(who.id()), Some(who));
         }
