@@ -15,6 +15,7 @@
 //!   holds the next batch in the stack (low 48 bits) and the batch's length (high 16).
 //!
 //! # Protocols
+//! (The stack's code is in [`stack`](crate::stack), shared with its loom models.)
 //! ```text
 //! push(b, k): loop { (t, g) = STACK; b.w1 = (t, k); CAS(STACK, (t, g) → (b, g+1)) } (lin.: CAS)
 //! pop():      loop { (t, g) = STACK; t == 0: empty; (n, k) = t.w1
@@ -38,6 +39,7 @@ use core::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
 
 use crate::classes::{size_of, CLASSES};
 use crate::os;
+use crate::stack::{link, Stack};
 
 /// The region is cut into chunks of this size; a class's span is 1 to 8 consecutive chunks
 /// (at least eight blocks), handed out in order of need, so that small programs' classes
@@ -59,21 +61,10 @@ pub static CARVED: [AtomicUsize; CLASSES] = [const { AtomicUsize::new(0) }; CLAS
 /// Blocks sitting in the shared stacks, per class.
 pub static SHARED: [AtomicUsize; CLASSES] = [const { AtomicUsize::new(0) }; CLASSES];
 
-#[repr(C, align(16))]
-struct Stack {
-    top: AtomicUsize,
-    tag: AtomicU64,
-}
-
 #[repr(C, align(64))]
 struct Padded(Stack);
 
-static STACKS: [Padded; CLASSES] = [const {
-    Padded(Stack {
-        top: AtomicUsize::new(0),
-        tag: AtomicU64::new(0),
-    })
-}; CLASSES];
+static STACKS: [Padded; CLASSES] = [const { Padded(Stack::new()) }; CLASSES];
 
 /// The region's base and length, reserving it on first use (every racing thread reserves;
 /// the losers unmap theirs). Tries 64 GiB, then smaller, for a strict overcommit policy or
@@ -195,90 +186,35 @@ pub fn carve(c: usize, k: usize) -> Option<(usize, usize)> {
     }
 }
 
-/// The `cmpxchg16b` on a stack's pair.
-///
-/// # Safety
-/// `s` must be a live, 16-byte aligned `Stack`.
-#[inline]
-unsafe fn cas_pair(s: &Stack, old: (usize, u64), new: (usize, u64)) -> bool {
-    let ok: u8;
-    // SAFETY: `lock cmpxchg16b` on the 16-byte aligned pair: compares rdx:rax with it and,
-    // if equal, stores rcx:rbx and sets ZF. rbx may not be an asm operand, so the new low
-    // word travels in another register and is swapped in and out around the instruction;
-    // the address is pinned to rsi (a `reg` operand could be given rbx, which the swap
-    // changes), and the flag is read after rbx is restored (`mov` keeps the flags; `ok`
-    // may itself be bl).
-    unsafe {
-        core::arch::asm!(
-            "xchg rbx, {lo}",
-            "lock cmpxchg16b xmmword ptr [rsi]",
-            "mov rbx, {lo}",
-            "sete {ok}",
-            in("rsi") s as *const Stack,
-            lo = inout(reg) new.0 => _,
-            ok = out(reg_byte) ok,
-            inout("rax") old.0 => _,
-            inout("rdx") old.1 => _,
-            in("rcx") new.1,
-            options(nostack),
-        );
-    }
-    ok != 0
-}
-
-/// The block's two link words: the next block of its batch, the next batch.
-#[inline(always)]
-fn link(p: usize, word: usize) -> &'static AtomicUsize {
-    // SAFETY: p is a block of at least 16 bytes in the region (mapped for the process's
-    // life); the words are accessed atomically because a stale pop may read them while
-    // their owner writes (see the module documentation).
-    unsafe { &*(p as *const AtomicUsize).add(word) }
-}
-
 /// The next block in `p`'s batch (0 at its end).
 #[inline(always)]
 pub fn next_in_batch(p: usize) -> usize {
-    link(p, 0).load(Relaxed)
+    // SAFETY: p is a region block (mapped for the process's life).
+    unsafe { link(p, 0) }.load(Relaxed)
 }
 
 /// Makes `p` point at `next` within its batch.
 #[inline(always)]
 pub fn set_next_in_batch(p: usize, next: usize) {
-    link(p, 0).store(next, Relaxed)
+    // SAFETY: as in next_in_batch.
+    unsafe { link(p, 0) }.store(next, Relaxed)
 }
 
 /// Pushes a batch (blocks chained through [`set_next_in_batch`], `n` of them, at most
 /// 65 535) of class `c`.
 pub fn push_batch(c: usize, first: usize, n: usize) {
-    let s = &STACKS[c].0;
     SHARED[c].fetch_add(n, Relaxed);
-    loop {
-        let (tag, top) = (s.tag.load(Acquire), s.top.load(Acquire));
-        link(first, 1).store(top | (n << 48), Relaxed);
-        // SAFETY: a static, aligned stack.
-        if unsafe { cas_pair(s, (top, tag), (first, tag.wrapping_add(1))) } {
-            return;
-        }
-    }
+    // SAFETY: the batch's blocks are region blocks the caller owns.
+    unsafe { STACKS[c].0.push(first, n) }
 }
 
 /// Pops a batch of class `c`: its first block (the rest follow through [`next_in_batch`])
 /// and its length.
 pub fn pop_batch(c: usize) -> Option<(usize, usize)> {
-    let s = &STACKS[c].0;
-    loop {
-        let (tag, top) = (s.tag.load(Acquire), s.top.load(Acquire));
-        if top == 0 {
-            return None;
-        }
-        let w = link(top, 1).load(Relaxed);
-        let (next, n) = (w & ((1 << 48) - 1), w >> 48);
-        // SAFETY: as in push_batch.
-        if unsafe { cas_pair(s, (top, tag), (next, tag.wrapping_add(1))) } {
-            SHARED[c].fetch_sub(n, Relaxed);
-            return Some((top, n));
-        }
-    }
+    // SAFETY: only region blocks are ever pushed.
+    let (first, n) = unsafe { STACKS[c].0.pop() }?;
+    SHARED[c].fetch_sub(n, Relaxed);
+    Some((first, n))
 }
 
 /// Chunks handed out to classes so far and the region's capacity in chunks.

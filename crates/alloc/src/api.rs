@@ -1,0 +1,419 @@
+//! The allocator's entry points (re-exported at the crate root), its slow paths and its
+//! statistics.
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::ptr;
+
+use crate::{central, os};
+use core::sync::atomic::Ordering::Relaxed;
+
+use crate::cache::{self, Outcome};
+use crate::classes::{cache_capacity, class_aligned, class_of, size_of, CLASSES, MAX_SMALL};
+
+/// The alignment every block has without asking (as `malloc` promises on x86-64).
+pub const MIN_ALIGN: usize = 16;
+
+/// A block of at least `size` bytes aligned to 16; null when memory is exhausted.
+#[inline]
+pub fn malloc(size: usize) -> *mut u8 {
+    if size <= MAX_SMALL {
+        alloc_class(class_of(size))
+    } else {
+        os::large_alloc(size, MIN_ALIGN)
+    }
+}
+
+/// A block of at least `size` bytes aligned to `align` (a power of two); null when memory
+/// is exhausted.
+pub fn malloc_aligned(size: usize, align: usize) -> *mut u8 {
+    if align <= MIN_ALIGN {
+        return malloc(size);
+    }
+    match class_aligned(size, align) {
+        Some(c) => alloc_class(c),
+        None => os::large_alloc(size, align),
+    }
+}
+
+/// Frees a block from this allocator (null is ignored).
+///
+/// # Safety
+/// `p` is null or a live block of this allocator, not used afterwards.
+#[inline]
+pub unsafe fn free(p: *mut u8) {
+    if let Some(c) = central::class_of_block(p) {
+        match cache::push(c, p as usize) {
+            Outcome::Done(_) => {}
+            o => spill(c, p as usize, o),
+        }
+    } else if !p.is_null() {
+        // SAFETY: not in the region and not null: a large block (the caller's contract).
+        unsafe { os::large_free(p) }
+    }
+}
+
+/// `n * size` zeroed bytes; null on overflow or exhaustion. Blocks above 64 KiB come from
+/// fresh pages and are not cleared again.
+pub fn calloc(n: usize, size: usize) -> *mut u8 {
+    let Some(total) = n.checked_mul(size) else {
+        return ptr::null_mut();
+    };
+    if total > MAX_SMALL {
+        return os::large_alloc(total, MIN_ALIGN);
+    }
+    let p = malloc(total);
+    if !p.is_null() {
+        // SAFETY: a fresh block of at least `total` bytes.
+        unsafe { ptr::write_bytes(p, 0, total) };
+    }
+    p
+}
+
+/// Resizes a block, keeping its contents up to the smaller size: in place while the new size
+/// fits its class and uses at least half of it, with `mremap` above 64 KiB; `realloc(p, 0)`
+/// frees `p` and returns null (as glibc does).
+///
+/// # Safety
+/// As for [`free`]; on success `p` is not used afterwards.
+pub unsafe fn realloc(p: *mut u8, size: usize) -> *mut u8 {
+    if p.is_null() {
+        return malloc(size);
+    }
+    if size == 0 {
+        // SAFETY: the caller's contract.
+        unsafe { free(p) };
+        return ptr::null_mut();
+    }
+    let old = if let Some(c) = central::class_of_block(p) {
+        let have = size_of(c);
+        if size <= have && size >= have / 2 {
+            return p;
+        }
+        have
+    } else {
+        if size > MAX_SMALL {
+            // SAFETY: a live large block.
+            let q = unsafe { os::large_realloc(p, size) };
+            if !q.is_null() {
+                return q;
+            }
+        }
+        // SAFETY: a live large block.
+        unsafe { os::large_usable(p) }
+    };
+    let q = malloc(size);
+    if !q.is_null() {
+        // SAFETY: both blocks are live and distinct; min(old, size) fits in each.
+        unsafe {
+            ptr::copy_nonoverlapping(p, q, old.min(size));
+            free(p);
+        }
+    }
+    q
+}
+
+/// The bytes a block can hold (its class's size, or its mapping's length).
+///
+/// # Safety
+/// `p` is a live block of this allocator.
+pub unsafe fn usable_size(p: *mut u8) -> usize {
+    match central::class_of_block(p) {
+        Some(c) => size_of(c),
+        None if p.is_null() => 0,
+        // SAFETY: the caller's contract.
+        None => unsafe { os::large_usable(p) },
+    }
+}
+
+/// How the caches run in this process (decided on the first allocation).
+pub fn cache_mode() -> &'static str {
+    cache::mode_name()
+}
+
+#[inline(always)]
+fn alloc_class(c: usize) -> *mut u8 {
+    match cache::pop(c) {
+        Outcome::Done(p) => p as *mut u8,
+        o => refill(c, o),
+    }
+}
+
+/// The loaded list was empty: flip to the other list if it holds blocks, else take a
+/// never-used block from the cache's run, else a batch from the shared stack (installed as
+/// the loaded list), else a new run from the class's span. Each step is O(1).
+#[cold]
+#[inline(never)]
+fn refill(c: usize, o: Outcome) -> *mut u8 {
+    use crate::cache::{addr, count, pack, BUMP, LIST0, SEL};
+    if o == Outcome::NoCache {
+        return alone(c);
+    }
+    let size = size_of(c);
+    for _ in 0..4 {
+        let Some([l0, l1, sel, bump]) = cache::read(c) else {
+            break;
+        };
+        let (loaded, other) = if sel == 0 { (l0, l1) } else { (l1, l0) };
+        if addr(loaded) == 0 && addr(other) != 0 {
+            cache::swap(c, SEL, sel, sel ^ 1);
+        } else if addr(loaded) == 0 && count(bump) != 0 {
+            if let Outcome::Done(p) = cache::bump(c) {
+                return p as *mut u8;
+            }
+            continue;
+        } else if addr(loaded) == 0 {
+            if let Some((first, n)) = central::pop_batch(c) {
+                let rest = central::next_in_batch(first);
+                if n > 1
+                    && cache::swap(c, LIST0 + 8 * sel, 0, pack(rest, n - 1)) != Outcome::Done(0)
+                {
+                    central::push_batch(c, rest, n - 1);
+                }
+                return first as *mut u8;
+            }
+            let Some((first, n)) = central::carve(c, cache_capacity(c)) else {
+                return os::large_alloc(size, 1 << size.trailing_zeros());
+            };
+            if n > 1 && cache::swap(c, BUMP, bump, pack(first + size, n - 1)) != Outcome::Done(0) {
+                // Rare (this thread moved between the read and the swap): the run goes to the
+                // shared stack, linked.
+                for k in 1..n - 1 {
+                    central::set_next_in_batch(first + k * size, first + (k + 1) * size);
+                }
+                central::set_next_in_batch(first + (n - 1) * size, 0);
+                central::push_batch(c, first + size, n - 1);
+            }
+            return first as *mut u8;
+        }
+        if let Outcome::Done(p) = cache::pop(c) {
+            return p as *mut u8;
+        }
+    }
+    alone(c)
+}
+
+/// An allocation without a cache (the mode being decided, a thread exiting): a batch's first
+/// block (the rest goes back), or one block carved alone.
+fn alone(c: usize) -> *mut u8 {
+    if let Some((first, n)) = central::pop_batch(c) {
+        if n > 1 {
+            central::push_batch(c, central::next_in_batch(first), n - 1);
+        }
+        return first as *mut u8;
+    }
+    match central::carve(c, 1) {
+        Some((p, _)) => p as *mut u8,
+        None => {
+            let size = size_of(c);
+            os::large_alloc(size, 1 << size.trailing_zeros())
+        }
+    }
+}
+
+/// Blocks of classes this large may give their pages back (see the crate documentation).
+const DISCARD_FROM: usize = 16384;
+/// ... once the class's shared stack holds this many bytes.
+const DISCARD_ABOVE: usize = 1 << 20;
+
+/// The loaded list was full: flip to the other list if it is empty, else hand the other
+/// (full) list to the shared stack whole and flip to it, emptied. Each step is O(1).
+#[cold]
+#[inline(never)]
+fn spill(c: usize, p: usize, o: Outcome) {
+    use crate::cache::{addr, count, LIST0, SEL};
+    if o != Outcome::NoCache {
+        for _ in 0..4 {
+            let Some([l0, l1, sel, _]) = cache::read(c) else {
+                break;
+            };
+            let (loaded, other) = if sel == 0 { (l0, l1) } else { (l1, l0) };
+            if count(loaded) >= cache_capacity(c) {
+                if addr(other) == 0 {
+                    cache::swap(c, SEL, sel, sel ^ 1);
+                } else if cache::swap(c, LIST0 + 8 * (sel ^ 1), other, 0) == Outcome::Done(0) {
+                    give_back(c, addr(other), count(other));
+                    cache::swap(c, SEL, sel, sel ^ 1);
+                }
+            }
+            if cache::push(c, p) == Outcome::Done(0) {
+                return;
+            }
+        }
+    }
+    central::set_next_in_batch(p, 0);
+    give_back(c, p, 1);
+}
+
+/// Pushes a batch to the shared stack, first giving back the pages of large blocks when the
+/// stack already holds enough of the class (the documented policy).
+fn give_back(c: usize, first: usize, n: usize) {
+    let size = size_of(c);
+    if size >= DISCARD_FROM && central::SHARED[c].load(Relaxed) * size >= DISCARD_ABOVE {
+        let mut b = first;
+        while b != 0 {
+            let from = (b + 16 + os::PAGE - 1) & !(os::PAGE - 1);
+            let to = (b + size) & !(os::PAGE - 1);
+            if to > from {
+                // SAFETY: whole pages inside a free block that we own until the push
+                // below; its link words lie before `from`.
+                unsafe { os::discard(from as *mut u8, to - from) };
+            }
+            b = central::next_in_batch(b);
+        }
+    }
+    central::push_batch(c, first, n);
+}
+
+/// Empties a thread's slab into the shared stacks (at thread exit).
+pub(crate) fn flush_slab(slab: usize) {
+    use crate::cache::{addr, count, BUMP, LIST0, RECORD};
+    for c in 0..CLASSES {
+        let r = slab + c * RECORD;
+        // SAFETY: a slab owned by the calling thread, read and cleared before it goes.
+        let w = |off: usize| unsafe { core::mem::replace(&mut *((r + off) as *mut usize), 0) };
+        for l in [w(LIST0), w(LIST0 + 8)] {
+            if addr(l) != 0 {
+                central::push_batch(c, addr(l), count(l));
+            }
+        }
+        let b = w(BUMP);
+        let (first, n, size) = (addr(b), count(b), size_of(c));
+        if n > 0 {
+            for k in 0..n - 1 {
+                central::set_next_in_batch(first + k * size, first + (k + 1) * size);
+            }
+            central::set_next_in_batch(first + (n - 1) * size, 0);
+            central::push_batch(c, first, n);
+        }
+    }
+}
+
+/// One class's blocks, by where they are.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ClassStats {
+    /// The class's block size.
+    pub size: usize,
+    /// Blocks ever carved from spans.
+    pub carved: usize,
+    /// Blocks in the shared stack.
+    pub shared: usize,
+    /// Blocks in the per-CPU caches (thread caches are not counted: they look in use).
+    pub cached: usize,
+}
+
+impl ClassStats {
+    /// Blocks the program holds.
+    pub fn in_use(&self) -> usize {
+        self.carved.saturating_sub(self.shared + self.cached)
+    }
+}
+
+/// A snapshot of the allocator (racy: each counter is read once, while others move).
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    /// Per class.
+    pub classes: Vec<ClassStats>,
+    /// Address space handed to classes (64 KiB chunks); only the touched part is memory.
+    pub span_bytes: usize,
+    /// Bytes mapped for blocks above 64 KiB.
+    pub large_bytes: usize,
+}
+
+impl Stats {
+    /// Bytes in blocks the program holds (class sizes, not request sizes).
+    pub fn in_use_bytes(&self) -> usize {
+        self.classes.iter().map(|c| c.in_use() * c.size).sum()
+    }
+
+    /// Bytes ever carved: an upper bound on the class memory the process has touched.
+    pub fn carved_bytes(&self) -> usize {
+        self.classes.iter().map(|c| c.carved * c.size).sum()
+    }
+
+    /// The share of carved memory that sits free in caches and stacks (0 when every carved
+    /// block is in use). Free blocks stay usable by any request of their class: this is
+    /// memory held for later, not splinters.
+    pub fn fragmentation(&self) -> f64 {
+        let carved = self.carved_bytes();
+        if carved == 0 {
+            0.0
+        } else {
+            1.0 - self.in_use_bytes() as f64 / carved as f64
+        }
+    }
+}
+
+/// The allocator's counters now. Allocates (the result), so never call it from inside an
+/// allocation.
+pub fn stats() -> Stats {
+    let classes = (0..CLASSES)
+        .map(|c| ClassStats {
+            size: size_of(c),
+            carved: central::CARVED[c].load(Relaxed),
+            shared: central::SHARED[c].load(Relaxed),
+            cached: cache::cached(c),
+        })
+        .collect();
+    Stats {
+        classes,
+        span_bytes: central::chunks_used().0 * central::CHUNK,
+        large_bytes: os::LARGE_MAPPED.load(Relaxed),
+    }
+}
+
+/// Rust's allocator interface: `#[global_allocator] static A: SpindleAlloc = SpindleAlloc;`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SpindleAlloc;
+
+// SAFETY: every block is at least the layout's size and aligned to its alignment (classes
+// chosen by `class_aligned`, large blocks aligned by their mapping); blocks are freed only
+// through `free`, which finds their class or mapping from the pointer alone.
+unsafe impl GlobalAlloc for SpindleAlloc {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if layout.align() <= MIN_ALIGN {
+            malloc(layout.size())
+        } else {
+            malloc_aligned(layout.size(), layout.align())
+        }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, p: *mut u8, _: Layout) {
+        // SAFETY: the GlobalAlloc contract: p came from this allocator.
+        unsafe { free(p) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if layout.align() <= MIN_ALIGN {
+            return calloc(1, layout.size());
+        }
+        let p = malloc_aligned(layout.size(), layout.align());
+        if !p.is_null() && layout.size() <= MAX_SMALL {
+            // SAFETY: a fresh block of at least size bytes.
+            unsafe { ptr::write_bytes(p, 0, layout.size()) };
+        }
+        p
+    }
+
+    unsafe fn realloc(&self, p: *mut u8, layout: Layout, size: usize) -> *mut u8 {
+        if layout.align() <= MIN_ALIGN {
+            // SAFETY: the GlobalAlloc contract (size is non-zero).
+            return unsafe { realloc(p, size) };
+        }
+        // SAFETY: p is live.
+        let have = unsafe { usable_size(p) };
+        if size <= have && size >= have / 2 {
+            return p;
+        }
+        let q = malloc_aligned(size, layout.align());
+        if !q.is_null() {
+            // SAFETY: distinct live blocks; the copy fits both.
+            unsafe {
+                ptr::copy_nonoverlapping(p, q, layout.size().min(size));
+                free(p);
+            }
+        }
+        q
+    }
+}
