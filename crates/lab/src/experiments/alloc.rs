@@ -3,7 +3,8 @@
 //!
 //! Every trial runs in a child process forked for it, so that each allocator starts from a
 //! fresh heap and the child's peak resident memory is that trial's alone (`VmHWM` at the end
-//! minus `VmRSS` at the start, both read by the child; the lab's own bookkeeping is made and
+//! minus `VmRSS` at the start, both read by the child, after it has reset the peak it
+//! inherited from the lab with `/proc/self/clear_refs`; the lab's own bookkeeping is made and
 //! touched before the start). Workloads, each at 1, cores and 4 × cores threads:
 //! - **random** (seed 001's benchmark): each thread allocates blocks of 1–512 B (uniform),
 //!   fills them, and every 256 allocations frees 40 % of its live blocks chosen at random;
@@ -476,6 +477,9 @@ fn run_work(who: Who, work: Work<'_>, threads: usize, floor: bool) -> Out {
             vec![(1, 1); n].into_iter().map(|_| (0, 0)).collect()
         })
         .collect();
+    // A forked child inherits its parent's peak RSS (VmHWM): reset it to the current RSS
+    // (Linux 4.0+), so that the peak is this trial's.
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
     let mut out = Out {
         rss_start_kib: status_kib("VmRSS:"),
         ..Out::default()
@@ -745,7 +749,7 @@ impl Experiment for Alloc {
             let id = leak(id.clone());
             let what = match work {
                 Work::Random(_) => format!(
-                    "seed 001's random workload (1–512 B, 40 % purged every 256), {t} threads"
+                    "the LibQ random workload (1–512 B, 40 % purged every 256), {t} threads"
                 ),
                 Work::Trace(tr, n) => format!(
                     "trace {}, {} calls, one copy on each of {t} threads",
