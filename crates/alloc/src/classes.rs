@@ -31,9 +31,29 @@ pub const fn size_of(c: usize) -> usize {
     }
 }
 
-/// The class of a request of `size` bytes (`size <= MAX_SMALL`).
+/// The class of a request of `size` bytes (`size <= MAX_SMALL`): a table load up to 1 KiB.
 #[inline]
 pub const fn class_of(size: usize) -> usize {
+    if size <= 1024 {
+        SMALL[(size + 15) >> 4] as usize
+    } else {
+        class_by_octave(size)
+    }
+}
+
+/// The classes of 0, 16, 32, … 1024 bytes (every class is a multiple of 16).
+const SMALL: [u8; 65] = {
+    let mut t = [0u8; 65];
+    let mut i = 0;
+    while i < 65 {
+        t[i] = class_by_octave(i * 16) as u8;
+        i += 1;
+    }
+    t
+};
+
+/// [`class_of`] by arithmetic.
+const fn class_by_octave(size: usize) -> usize {
     if size <= 64 {
         if size == 0 {
             0
