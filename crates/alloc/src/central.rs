@@ -83,9 +83,7 @@ fn decode(w: usize) -> (usize, usize) {
 
 /// Transparent huge pages on the region (`MADV_HUGEPAGE`) unless `SPINDLE_ALLOC_THP=0` is in
 /// the environment: a 2 MiB page costs one fault instead of 512, and chunks of different
-/// classes share it. Measured on a 2-vCPU Zen 4 VM (lab `alloc`, replaying a python3 trace):
-/// page faults per 1000 calls 9.3 without, 1.2 with; peak RSS 3.2 and 4.8 MiB (mimalloc,
-/// which also asks for huge pages: 7.2 MiB).
+/// classes share it. `spindle lab alloc` reports page faults per call beside the peers'.
 fn huge_pages_wanted() -> bool {
     extern "C" {
         fn getenv(name: *const core::ffi::c_char) -> *const core::ffi::c_char;
