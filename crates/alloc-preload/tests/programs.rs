@@ -5,16 +5,21 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The library cargo built next to this test (`target/<profile>/`).
+/// The library cargo built for this test. `cargo test` leaves it in `target/<profile>/deps/`,
+/// next to the test binary (the crate is also an rlib so that it is built at all for the
+/// integration tests); `cargo build` puts it one level up.
 fn library() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>");
-    let so = dir.join("libspindle_alloc_preload.so");
-    assert!(so.exists(), "{} was not built", so.display());
-    so
+    let deps = exe.parent().expect("target/<profile>/deps");
+    let candidates = [
+        deps.to_path_buf(),
+        deps.parent().unwrap_or(deps).to_path_buf(),
+    ];
+    candidates
+        .iter()
+        .map(|d| d.join("libspindle_alloc_preload.so"))
+        .find(|so| so.exists())
+        .unwrap_or_else(|| panic!("libspindle_alloc_preload.so was not built in {candidates:?}"))
 }
 
 fn present(program: &str) -> bool {
