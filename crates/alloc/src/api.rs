@@ -42,9 +42,8 @@ pub fn malloc_aligned(size: usize, align: usize) -> *mut u8 {
 #[inline]
 pub unsafe fn free(p: *mut u8) {
     if let Some(c) = central::class_of_block(p) {
-        match cache::push(c, p as usize) {
-            Outcome::Done(_) => {}
-            o => spill(c, p as usize, o),
+        if !cache::push_fast(c, p as usize) {
+            spill(c, p as usize);
         }
     } else if !p.is_null() {
         // SAFETY: not in the region and not null: a large block (the caller's contract).
@@ -132,19 +131,24 @@ pub fn cache_mode() -> &'static str {
 
 #[inline(always)]
 fn alloc_class(c: usize) -> *mut u8 {
-    match cache::pop(c) {
-        Outcome::Done(p) => p as *mut u8,
-        o => refill(c, o),
+    match cache::pop_fast(c) {
+        Some(p) => p as *mut u8,
+        None => refill(c),
     }
 }
 
-/// The loaded list was empty: flip to the other list if it holds blocks, else take a
+/// The fast path found nothing: pop again in whichever mode the caches are (the mode may be
+/// undecided, or this thread on a thread cache); if the loaded list was empty, flip to the other list if it holds blocks, else take a
 /// never-used block from the cache's run, else a batch from the shared stack (installed as
 /// the loaded list), else a new run from the class's span. Each step is O(1).
 #[cold]
 #[inline(never)]
-fn refill(c: usize, o: Outcome) -> *mut u8 {
+fn refill(c: usize) -> *mut u8 {
     use crate::cache::{addr, count, pack, BUMP, LIST0, SEL};
+    let o = cache::pop(c);
+    if let Outcome::Done(p) = o {
+        return p as *mut u8;
+    }
     if o == Outcome::NoCache {
         return alone(c);
     }
@@ -163,11 +167,11 @@ fn refill(c: usize, o: Outcome) -> *mut u8 {
             continue;
         } else if addr(loaded) == 0 {
             if let Some((first, n)) = central::pop_batch(c) {
-                let rest = central::next_in_batch(first);
-                if n > 1
-                    && cache::swap(c, LIST0 + 8 * sel, 0, pack(rest, n - 1)) != Outcome::Done(0)
-                {
-                    central::push_batch(c, rest, n - 1);
+                // The rest of the batch, already in a list word's form.
+                let rest = central::link_word(first);
+                debug_assert_eq!(count(rest), n - 1);
+                if n > 1 && cache::swap(c, LIST0 + 8 * sel, 0, rest) != Outcome::Done(0) {
+                    central::push_batch(c, addr(rest), n - 1);
                 }
                 return first as *mut u8;
             }
@@ -177,10 +181,7 @@ fn refill(c: usize, o: Outcome) -> *mut u8 {
             if n > 1 && cache::swap(c, BUMP, bump, pack(first + size, n - 1)) != Outcome::Done(0) {
                 // Rare (this thread moved between the read and the swap): the run goes to the
                 // shared stack, linked.
-                for k in 1..n - 1 {
-                    central::set_next_in_batch(first + k * size, first + (k + 1) * size);
-                }
-                central::set_next_in_batch(first + (n - 1) * size, 0);
+                central::link_run(first + size, n - 1, size);
                 central::push_batch(c, first + size, n - 1);
             }
             return first as *mut u8;
@@ -219,8 +220,12 @@ const DISCARD_ABOVE: usize = 1 << 20;
 /// (full) list to the shared stack whole and flip to it, emptied. Each step is O(1).
 #[cold]
 #[inline(never)]
-fn spill(c: usize, p: usize, o: Outcome) {
+fn spill(c: usize, p: usize) {
     use crate::cache::{addr, count, LIST0, SEL};
+    let o = cache::push(c, p);
+    if o == Outcome::Done(0) {
+        return;
+    }
     if o != Outcome::NoCache {
         for _ in 0..4 {
             let Some([l0, l1, sel, _]) = cache::read(c) else {
@@ -240,7 +245,7 @@ fn spill(c: usize, p: usize, o: Outcome) {
             }
         }
     }
-    central::set_next_in_batch(p, 0);
+    central::set_link_word(p, 0);
     give_back(c, p, 1);
 }
 
@@ -279,10 +284,7 @@ pub(crate) fn flush_slab(slab: usize) {
         let b = w(BUMP);
         let (first, n, size) = (addr(b), count(b), size_of(c));
         if n > 0 {
-            for k in 0..n - 1 {
-                central::set_next_in_batch(first + k * size, first + (k + 1) * size);
-            }
-            central::set_next_in_batch(first + (n - 1) * size, 0);
+            central::link_run(first, n, size);
             central::push_batch(c, first, n);
         }
     }
@@ -415,5 +417,67 @@ unsafe impl GlobalAlloc for SpindleAlloc {
             }
         }
         q
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::{addr, count};
+
+    /// Walks a list or batch from the packed word `w`, checking that every block's link word
+    /// says how many blocks follow it (the invariant `pop` relies on to install it as is).
+    fn check_chain(w: usize) {
+        let (mut a, mut left) = (addr(w), count(w));
+        while a != 0 {
+            let l = central::link_word(a);
+            assert_eq!(
+                count(l),
+                left - 1,
+                "a link word miscounts the rest of its list"
+            );
+            left -= 1;
+            a = addr(l);
+        }
+        assert_eq!(
+            left, 0,
+            "a list word counts more blocks than its chain holds"
+        );
+    }
+
+    #[test]
+    fn link_words_count_the_rest_of_every_list_and_batch() {
+        let c = class_of(3000);
+        let mut held = Vec::new();
+        let mut x = 12345u64;
+        for _ in 0..200 {
+            // Up to three lists' worth at once: spills to the shared stack and refills from it.
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let k = 1 + (x >> 33) as usize % (3 * cache_capacity(c));
+            held.extend((0..k).map(|_| malloc(3000)));
+            assert!(held.iter().all(|p| !p.is_null()));
+            for p in held.drain(..) {
+                // SAFETY: blocks from malloc above, freed once.
+                unsafe { free(p) };
+            }
+            if let Some([l0, l1, _, _]) = cache::read(c) {
+                check_chain(l0);
+                check_chain(l1);
+            }
+        }
+        let mut batches = Vec::new();
+        while let Some((first, n)) = central::pop_batch(c) {
+            check_chain(first | (n << 48));
+            batches.push((first, n));
+        }
+        assert!(
+            !batches.is_empty(),
+            "the test never reached the shared stack"
+        );
+        for (first, n) in batches {
+            central::push_batch(c, first, n);
+        }
     }
 }

@@ -5,7 +5,8 @@
 //! A *slab* per cache holds, for each class, a 32-byte record of four words:
 //! - `list[0]`, `list[1]`: two free lists (Bonwick's *loaded* and *previous* magazines), each
 //!   one word: the first block's address in the low 48 bits, the list's length in the high
-//!   16; the blocks are chained through their first word;
+//!   16; the blocks are chained through their first word, which holds the rest of the list
+//!   in the same form (the next block, how many follow), so a pop installs it as it is;
 //! - `sel`: which list is loaded (0 or 1);
 //! - `bump`: a run of never-used blocks carved from the class's span, as (address, count).
 //!
@@ -15,9 +16,9 @@
 //! # Operations: every one constant time, every one a single committing store
 //! ```text
 //! pop(c):       l = list[sel], or list[1-sel] if that is empty, else bump(c)
-//!               w = l; p = w.addr; l = (p.next, w.count - 1)       (commit)
+//!               p = l.addr; l = p.link                              (commit)
 //! push(c, p):   w = list[sel]; w.count >= cap(c): full
-//!               p.next = w.addr;  list[sel] = (p, w.count + 1)   (commit)
+//!               p.link = w;  list[sel] = (p, w.count + 1)           (commit)
 //! bump(c):      w = bump; w.count == 0: empty
 //!               bump = (w.addr + size, w.count - 1)  → w.addr      (commit)
 //! swap(c, off, old, new): word[off] == old: word[off] = new        (commit)
@@ -113,10 +114,6 @@ static CONFIG: Config = Config {
     index_field: AtomicUsize::new(rseq::CPU_ID),
     slabs: AtomicUsize::new(0),
 };
-static MODE: &AtomicU8 = &CONFIG.mode;
-static GLIBC_OFFSET: &AtomicIsize = &CONFIG.glibc_offset;
-static INDEX_FIELD: &AtomicUsize = &CONFIG.index_field;
-static SLABS: &AtomicUsize = &CONFIG.slabs;
 
 /// What a cache operation did.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -131,7 +128,7 @@ pub enum Outcome {
 
 /// The cache mode in words, for statistics and the lab.
 pub fn mode_name() -> &'static str {
-    match MODE.load(Relaxed) {
+    match CONFIG.mode.load(Relaxed) {
         GLIBC => "per-CPU (rseq, glibc's registration)",
         OWN => "per-CPU (rseq, own registration)",
         THREAD => "per-thread (no restartable sequences)",
@@ -142,15 +139,16 @@ pub fn mode_name() -> &'static str {
 #[cold]
 #[inline(never)]
 fn decide() -> u8 {
-    if MODE
+    if CONFIG
+        .mode
         .compare_exchange(UNDECIDED, DECIDING, Acquire, Acquire)
         .is_err()
     {
         // Another thread (or this one, re-entered) is deciding.
-        return MODE.load(Acquire);
+        return CONFIG.mode.load(Acquire);
     }
     if forced_thread_mode() {
-        MODE.store(THREAD, Release);
+        CONFIG.mode.store(THREAD, Release);
         return THREAD;
     }
     let slabs = os::reserve(MAX_INDEX * SLAB_BYTES);
@@ -158,18 +156,20 @@ fn decide() -> u8 {
     let mode = if slabs.is_null() {
         THREAD
     } else {
-        SLABS.store(slabs as usize, Relaxed);
-        INDEX_FIELD.store(spindle_sync::percpu::index_field(), Relaxed);
+        CONFIG.slabs.store(slabs as usize, Relaxed);
+        CONFIG
+            .index_field
+            .store(spindle_sync::percpu::index_field(), Relaxed);
         match (p.registration, rseq::glibc_offset()) {
             (rseq::Registration::Glibc, Some(off)) => {
-                GLIBC_OFFSET.store(off, Relaxed);
+                CONFIG.glibc_offset.store(off, Relaxed);
                 GLIBC
             }
             (rseq::Registration::Own, _) => OWN,
             _ => THREAD,
         }
     };
-    MODE.store(mode, Release);
+    CONFIG.mode.store(mode, Release);
     mode
 }
 
@@ -205,7 +205,7 @@ fn area(mode: u8) -> Result<*mut u8, bool> {
                 core::arch::asm!("mov {}, qword ptr fs:0", out(reg) tp,
                     options(nostack, readonly, preserves_flags));
             }
-            Ok(tp.wrapping_add_signed(GLIBC_OFFSET.load(Relaxed)) as *mut u8)
+            Ok(tp.wrapping_add_signed(CONFIG.glibc_offset.load(Relaxed)) as *mut u8)
         }
         OWN => match rseq::peek_area() {
             Peek::Ready(a) => Ok(a),
@@ -243,8 +243,9 @@ const NO_SLOT: usize = 2;
 /// A restartable sequence on the calling CPU's record of one class: the shared prologue
 /// (arm `rseq_cs`, check the registration and the index, find the record in rax), the
 /// operation's body (which ends with its commit store, or jumps to 9 for a bounce), the
-/// shared epilogue (status in rax: 0 done, 1 bounce, 2 no slot) and the descriptor and abort
-/// handler (signature, then restart from the top).
+/// shared epilogue (status in rax: 0 done, 1 bounce, 2 no slot; the last two out of line, so
+/// that the fast path falls straight through) and the descriptor and abort handler
+/// (signature, then restart from the top).
 macro_rules! rseq_op {
     ($area:expr, $index:expr, $base:expr; $($body:literal),+; $($operands:tt)*) => {{
         let status: usize;
@@ -264,13 +265,15 @@ macro_rules! rseq_op {
             $($body),+,
             "5:",
             "xor eax, eax",
-            "jmp 8f",
+            "8:",
+            ".pushsection .text.unlikely.spindle_alloc, \"ax\"",
             "7:",
             "mov eax, 2",
-            "jmp 8f",
+            "jmp 8b",
             "9:",
             "mov eax, 1",
-            "8:",
+            "jmp 8b",
+            ".popsection",
             ".pushsection __rseq_cs, \"aw\"",
             ".balign 32",
             "3:",
@@ -305,10 +308,12 @@ macro_rules! rseq_op {
 #[inline(always)]
 unsafe fn pop_rseq(area: *mut u8, index: usize, base: usize, size: usize) -> (usize, usize) {
     let p: usize;
-    // SAFETY: the module's protocol; rcx, rdx, r8, r9 are scratch, rdx the block. The three
+    // `step` moves a run word to its next block and one fewer left.
+    let step = size.wrapping_sub(1 << 48);
+    // SAFETY: the module's protocol; rcx, rdx, r9 are scratch, rdx the block. The three
     // branches (the loaded list, else the other list, else the run of never-used blocks) end
-    // at the one commit store, the section's last instruction: rax the word to write, rcx
-    // its new value.
+    // at the one commit store, the section's last instruction: r9 the word to write, rcx its
+    // new value. The loaded list is the fast path: one taken branch to the pop at 22.
     let s = unsafe {
         rseq_op!(area, index, base;
             "mov r9, qword ptr [rax + 16]",
@@ -322,40 +327,34 @@ unsafe fn pop_rseq(area: *mut u8, index: usize, base: usize, size: usize) -> (us
             "mov r9, rcx",
             "mov rcx, qword ptr [r9]",
             "test rcx, rcx",
-            "jz 20f",
-            "22:",
-            "mov rdx, rcx",
-            "shl rdx, 16",
-            "shr rdx, 16",
-            "mov r8, qword ptr [rdx]",
-            "shr rcx, 48",
-            "sub rcx, 1",
-            "shl rcx, 48",
-            "or rcx, r8",
-            "mov rax, r9",
-            "jmp 21f",
-            "20:",
-            "mov rcx, qword ptr [rax + 24]",
+            "jnz 22f",
+            // Both lists are empty: the run.
+            "lea r9, [rax + 24]",
+            "mov rcx, qword ptr [r9]",
             "mov rdx, rcx",
             "shr rdx, 48",
             "jz 9f",
             "mov rdx, rcx",
             "shl rdx, 16",
             "shr rdx, 16",
-            "add rcx, {size}",
-            "mov r8, 0x1000000000000",
-            "sub rcx, r8",
-            "add rax, 24",
+            "add rcx, {step}",
+            "jmp 21f",
+            "22:",
+            "mov rdx, rcx",
+            "shl rdx, 16",
+            "shr rdx, 16",
+            "mov rcx, qword ptr [rdx]",
             "21:",
-            "mov qword ptr [rax], rcx";
-            size = in(reg) size, out("rcx") _, out("rdx") p, out("r8") _, out("r9") _,)
+            "mov qword ptr [r9], rcx";
+            step = in(reg) step, out("rcx") _, out("rdx") p, out("r9") _,)
     };
     (s, p)
 }
 
 #[inline(always)]
 unsafe fn push_rseq(area: *mut u8, index: usize, base: usize, v: usize, cap: usize) -> usize {
-    // SAFETY: as in pop_rseq; the link store goes into v, the caller's block.
+    // SAFETY: as in pop_rseq; the link store (the list as it was) goes into v, the caller's
+    // block.
     unsafe {
         rseq_op!(area, index, base;
             "mov rcx, qword ptr [rax + 16]",
@@ -365,8 +364,6 @@ unsafe fn push_rseq(area: *mut u8, index: usize, base: usize, v: usize, cap: usi
             "shr rdx, 48",
             "cmp rdx, {cap}",
             "jae 9f",
-            "shl rcx, 16",
-            "shr rcx, 16",
             "mov qword ptr [{v}], rcx",
             "add rdx, 1",
             "shl rdx, 48",
@@ -379,6 +376,7 @@ unsafe fn push_rseq(area: *mut u8, index: usize, base: usize, v: usize, cap: usi
 #[inline(always)]
 unsafe fn bump_rseq(area: *mut u8, index: usize, base: usize, size: usize) -> (usize, usize) {
     let p: usize;
+    let step = size.wrapping_sub(1 << 48);
     // SAFETY: as in pop_rseq; the run's address plus its size stays below 2^48.
     let s = unsafe {
         rseq_op!(area, index, base;
@@ -389,11 +387,9 @@ unsafe fn bump_rseq(area: *mut u8, index: usize, base: usize, size: usize) -> (u
             "mov rdx, rcx",
             "shl rdx, 16",
             "shr rdx, 16",
-            "add rcx, {size}",
-            "mov r8, 0x1000000000000",
-            "sub rcx, r8",
+            "add rcx, {step}",
             "mov qword ptr [rax + 24], rcx";
-            size = in(reg) size, out("rcx") _, out("rdx") p, out("r8") _,)
+            step = in(reg) step, out("rcx") _, out("rdx") p,)
     };
     (s, p)
 }
@@ -426,7 +422,7 @@ enum Target {
 
 #[inline(always)]
 fn target() -> Target {
-    match area(MODE.load(Acquire)) {
+    match area(CONFIG.mode.load(Acquire)) {
         Ok(a) => Target::Cpu(a),
         Err(true) => thread_slab().map_or(Target::None, Target::Thread),
         Err(false) => Target::None,
@@ -442,6 +438,54 @@ fn outcome(status: usize, v: usize, retry: impl FnOnce() -> Outcome) -> Outcome 
     }
 }
 
+/// This thread's rseq area when glibc registered it; None otherwise, and the callers' cold
+/// paths then go through [`pop`] and [`push`], which handle every mode. (Our own
+/// registration, the mode for a glibc older than 2.35, is found through a thread-local: in
+/// position-independent code that is a call, which would make every `malloc` save
+/// registers, so it stays off the fast path.)
+#[inline(always)]
+fn fast_area() -> Option<*mut u8> {
+    if CONFIG.mode.load(Acquire) == GLIBC {
+        area(GLIBC).ok()
+    } else {
+        None
+    }
+}
+
+/// [`pop`]'s fast path, small enough to inline into `malloc` without making it save
+/// registers: a block from this CPU's record, or None for everything else (the record's lists
+/// and run are empty, no usable slot, thread caches, the mode undecided), which the caller
+/// hands to its cold path.
+#[inline(always)]
+pub fn pop_fast(c: usize) -> Option<usize> {
+    let a = fast_area()?;
+    let base = CONFIG.slabs.load(Relaxed) + c * RECORD;
+    // SAFETY: a registered area of this thread; the slabs' geometry.
+    let (s, p) = unsafe { pop_rseq(a, CONFIG.index_field.load(Relaxed), base, size_of(c)) };
+    (s == DONE).then_some(p)
+}
+
+/// [`push`]'s fast path: true if `p` went onto this CPU's loaded list; false for everything
+/// else (the list is full, ...), which the caller hands to its cold path.
+#[inline(always)]
+pub fn push_fast(c: usize, p: usize) -> bool {
+    let Some(a) = fast_area() else {
+        return false;
+    };
+    let base = CONFIG.slabs.load(Relaxed) + c * RECORD;
+    // SAFETY: as in pop_fast.
+    let s = unsafe {
+        push_rseq(
+            a,
+            CONFIG.index_field.load(Relaxed),
+            base,
+            p,
+            cache_capacity(c),
+        )
+    };
+    s == DONE
+}
+
 /// Pops a free block of class `c` from this thread's cache: from the loaded list, else from
 /// the other list, else the next block of the run of never-used blocks (freed blocks first:
 /// their pages are resident already).
@@ -449,9 +493,9 @@ fn outcome(status: usize, v: usize, retry: impl FnOnce() -> Outcome) -> Outcome 
 pub fn pop(c: usize) -> Outcome {
     match target() {
         Target::Cpu(a) => {
-            let base = SLABS.load(Relaxed) + c * RECORD;
+            let base = CONFIG.slabs.load(Relaxed) + c * RECORD;
             // SAFETY: a registered area of this thread; the slabs' geometry.
-            let (s, p) = unsafe { pop_rseq(a, INDEX_FIELD.load(Relaxed), base, size_of(c)) };
+            let (s, p) = unsafe { pop_rseq(a, CONFIG.index_field.load(Relaxed), base, size_of(c)) };
             outcome(s, p, || on_thread_slab(|r| plain::pop(r, size_of(c)), c))
         }
         Target::Thread(slab) => plain::pop(slab + c * RECORD, size_of(c)),
@@ -465,9 +509,9 @@ pub fn push(c: usize, p: usize) -> Outcome {
     let cap = cache_capacity(c);
     match target() {
         Target::Cpu(a) => {
-            let base = SLABS.load(Relaxed) + c * RECORD;
+            let base = CONFIG.slabs.load(Relaxed) + c * RECORD;
             // SAFETY: as in pop.
-            let s = unsafe { push_rseq(a, INDEX_FIELD.load(Relaxed), base, p, cap) };
+            let s = unsafe { push_rseq(a, CONFIG.index_field.load(Relaxed), base, p, cap) };
             outcome(s, 0, || on_thread_slab(|r| plain::push(r, p, cap), c))
         }
         Target::Thread(slab) => plain::push(slab + c * RECORD, p, cap),
@@ -480,9 +524,9 @@ pub fn bump(c: usize) -> Outcome {
     let size = size_of(c);
     match target() {
         Target::Cpu(a) => {
-            let base = SLABS.load(Relaxed) + c * RECORD;
+            let base = CONFIG.slabs.load(Relaxed) + c * RECORD;
             // SAFETY: as in pop.
-            let (s, p) = unsafe { bump_rseq(a, INDEX_FIELD.load(Relaxed), base, size) };
+            let (s, p) = unsafe { bump_rseq(a, CONFIG.index_field.load(Relaxed), base, size) };
             outcome(s, p, || on_thread_slab(|r| plain::bump(r, size), c))
         }
         Target::Thread(slab) => plain::bump(slab + c * RECORD, size),
@@ -494,9 +538,9 @@ pub fn bump(c: usize) -> Outcome {
 pub fn swap(c: usize, off: usize, old: usize, new: usize) -> Outcome {
     match target() {
         Target::Cpu(a) => {
-            let base = SLABS.load(Relaxed) + c * RECORD;
+            let base = CONFIG.slabs.load(Relaxed) + c * RECORD;
             // SAFETY: as in pop.
-            let s = unsafe { swap_rseq(a, INDEX_FIELD.load(Relaxed), base, off, old, new) };
+            let s = unsafe { swap_rseq(a, CONFIG.index_field.load(Relaxed), base, off, old, new) };
             outcome(s, 0, || {
                 on_thread_slab(|r| plain::swap(r, off, old, new), c)
             })
@@ -512,14 +556,15 @@ pub fn read(c: usize) -> Option<[usize; 4]> {
     let r = match target() {
         Target::Cpu(a) => {
             // SAFETY: reads this thread's area (the index field).
-            let i =
-                unsafe { core::ptr::read_volatile(a.add(INDEX_FIELD.load(Relaxed)) as *const u32) };
+            let i = unsafe {
+                core::ptr::read_volatile(a.add(CONFIG.index_field.load(Relaxed)) as *const u32)
+            };
             // SAFETY: as above.
             let cpu = unsafe { core::ptr::read_volatile(a.add(rseq::CPU_ID) as *const i32) };
             if cpu < 0 || i as usize >= MAX_INDEX {
                 thread_slab()? + c * RECORD
             } else {
-                SLABS.load(Relaxed) + i as usize * SLAB_BYTES + c * RECORD
+                CONFIG.slabs.load(Relaxed) + i as usize * SLAB_BYTES + c * RECORD
             }
         }
         Target::Thread(slab) => slab + c * RECORD,
@@ -561,7 +606,7 @@ mod plain {
             if p == 0 {
                 return bump(r, size);
             }
-            *l = pack(*(p as *const usize), count(*l) - 1);
+            *l = *(p as *const usize);
             Outcome::Done(p)
         }
     }
@@ -573,7 +618,7 @@ mod plain {
             if count(*l) >= cap {
                 return Outcome::Bounce;
             }
-            *(p as *mut usize) = addr(*l);
+            *(p as *mut usize) = *l;
             *l = pack(p, count(*l) + 1);
         }
         Outcome::Done(0)
@@ -634,7 +679,7 @@ fn make_thread_slab() -> Option<usize> {
 
 /// Blocks of class `c` held by the per-CPU caches (a racy sum, for statistics).
 pub fn cached(c: usize) -> usize {
-    let slabs = SLABS.load(Relaxed);
+    let slabs = CONFIG.slabs.load(Relaxed);
     if slabs == 0 {
         return 0;
     }

@@ -11,8 +11,10 @@
 //! - per class `FRONTIER`: `(span << 32) | next block`, one word, moved by CAS; blocks past
 //!   `next` in that span have never been handed out, so their pages are untouched.
 //! - per class `STACK`: `(top, tag)` in 16 bytes, moved only by `cmpxchg16b`. A batch is a
-//!   chain of free blocks through each block's first word; its first block's second word
-//!   holds the next batch in the stack (low 48 bits) and the batch's length (high 16).
+//!   chain of free blocks through each block's first word, which holds the next block's
+//!   address (low 48 bits) and how many blocks follow (high 16: the caches' list words have
+//!   the same form, see [`link_word`]); its first block's second word holds the next batch in
+//!   the stack (low 48 bits) and the batch's length (high 16).
 //!
 //! # Protocols
 //! (The stack's code is in [`stack`](crate::stack), shared with its loom models.)
@@ -184,18 +186,36 @@ pub fn carve(c: usize, k: usize) -> Option<(usize, usize)> {
     }
 }
 
-/// The next block in `p`'s batch (0 at its end).
+/// `p`'s link word: the rest of its list or batch after it, packed as (the next block's
+/// address, how many blocks follow `p`), 0 at the end. Every list and batch keeps this
+/// invariant, so a cache's `pop` installs the link word as the list word, without counting.
 #[inline(always)]
-pub fn next_in_batch(p: usize) -> usize {
+pub fn link_word(p: usize) -> usize {
     // SAFETY: p is a region block (mapped for the process's life).
     unsafe { link(p, 0) }.load(Relaxed)
 }
 
-/// Makes `p` point at `next` within its batch.
+/// The next block in `p`'s batch (0 at its end).
 #[inline(always)]
-pub fn set_next_in_batch(p: usize, next: usize) {
-    // SAFETY: as in next_in_batch.
-    unsafe { link(p, 0) }.store(next, Relaxed)
+pub fn next_in_batch(p: usize) -> usize {
+    link_word(p) & ((1 << 48) - 1)
+}
+
+/// Sets `p`'s link word (packed as in [`link_word`]).
+#[inline(always)]
+pub fn set_link_word(p: usize, w: usize) {
+    // SAFETY: as in link_word.
+    unsafe { link(p, 0) }.store(w, Relaxed)
+}
+
+/// Chains `n` consecutive blocks of `size` bytes from `first` into a batch (links as in
+/// [`link_word`]).
+pub fn link_run(first: usize, n: usize, size: usize) {
+    for k in 0..n {
+        let rest = n - 1 - k;
+        let next = if rest == 0 { 0 } else { first + (k + 1) * size };
+        set_link_word(first + k * size, next | (rest << 48));
+    }
 }
 
 /// Pushes a batch (blocks chained through [`set_next_in_batch`], `n` of them, at most

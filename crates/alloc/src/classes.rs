@@ -20,16 +20,27 @@ pub const CLASSES: usize = 44;
 /// The largest size served from a class; larger requests go to the OS.
 pub const MAX_SMALL: usize = 65536;
 
-/// The block size of class `c`.
+/// The block size of class `c` (a table load: the allocator's hot paths ask for it).
 #[inline]
 pub const fn size_of(c: usize) -> usize {
-    if c < 4 {
-        16 * (c + 1)
-    } else {
-        let (o, q) = ((c - 4) / 4, (c - 4) % 4);
-        (64 << o) + (q + 1) * (16 << o)
-    }
+    SIZES[c] as usize
 }
+
+/// [`size_of`] for every class, by its formula.
+const SIZES: [u32; CLASSES] = {
+    let mut t = [0u32; CLASSES];
+    let mut c = 0;
+    while c < CLASSES {
+        t[c] = if c < 4 {
+            16 * (c as u32 + 1)
+        } else {
+            let (o, q) = ((c - 4) / 4, (c - 4) % 4);
+            ((64 << o) + (q + 1) * (16 << o)) as u32
+        };
+        c += 1;
+    }
+    t
+};
 
 /// The class of a request of `size` bytes (`size <= MAX_SMALL`): a table load up to 1 KiB.
 #[inline]
@@ -81,17 +92,30 @@ pub fn class_aligned(size: usize, align: usize) -> Option<usize> {
 }
 
 /// How many free blocks of class `c` each of a cache's two lists holds at most (and the
-/// most a run of never-used blocks holds): 64 KiB worth, at least 4 and at most 256.
+/// most a run of never-used blocks holds): 64 KiB worth, at least 4 and at most 256 (a table
+/// load: `free` asks for it on every call).
+#[inline]
 pub const fn cache_capacity(c: usize) -> usize {
-    let n = 65536 / size_of(c);
-    if n < 4 {
-        4
-    } else if n > 256 {
-        256
-    } else {
-        n
-    }
+    CAPACITIES[c] as usize
 }
+
+/// [`cache_capacity`] for every class.
+const CAPACITIES: [u16; CLASSES] = {
+    let mut t = [0u16; CLASSES];
+    let mut c = 0;
+    while c < CLASSES {
+        let n = 65536 / size_of(c);
+        t[c] = if n < 4 {
+            4
+        } else if n > 256 {
+            256
+        } else {
+            n as u16
+        };
+        c += 1;
+    }
+    t
+};
 
 #[cfg(test)]
 mod tests {
@@ -106,6 +130,11 @@ mod tests {
         assert_eq!(size_of(CLASSES - 1), MAX_SMALL);
         assert_eq!(size_of(4), 80);
         assert_eq!(size_of(7), 128);
+        for c in 0..CLASSES {
+            let cap = cache_capacity(c);
+            assert!((4..=256).contains(&cap));
+            assert!(cap * size_of(c) <= 65536 || cap == 4, "class {c}");
+        }
     }
 
     #[test]
