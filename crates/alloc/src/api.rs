@@ -51,14 +51,19 @@ pub unsafe fn free(p: *mut u8) {
     }
 }
 
-/// `n * size` zeroed bytes; null on overflow or exhaustion. Blocks above 64 KiB come from
-/// fresh pages and are not cleared again.
+/// `n * size` zeroed bytes; null on overflow or exhaustion. Blocks above 64 KiB fresh from
+/// the OS are zero already and are not cleared again (kept ones are).
 pub fn calloc(n: usize, size: usize) -> *mut u8 {
     let Some(total) = n.checked_mul(size) else {
         return ptr::null_mut();
     };
     if total > MAX_SMALL {
-        return os::large_alloc(total, MIN_ALIGN);
+        let (p, reused) = os::large_alloc_reused(total, MIN_ALIGN);
+        if reused {
+            // SAFETY: a block of at least `total` bytes, ours.
+            unsafe { ptr::write_bytes(p, 0, total) };
+        }
+        return p;
     }
     let p = malloc(total);
     if !p.is_null() {
@@ -138,9 +143,10 @@ fn alloc_class(c: usize) -> *mut u8 {
 }
 
 /// The fast path found nothing: pop again in whichever mode the caches are (the mode may be
-/// undecided, or this thread on a thread cache); if the loaded list was empty, flip to the other list if it holds blocks, else take a
-/// never-used block from the cache's run, else a batch from the shared stack (installed as
-/// the loaded list), else a new run from the class's span. Each step is O(1).
+/// undecided, or this thread on a thread cache); if the loaded list was empty, flip to the
+/// other list if it holds blocks, else take a never-used block from the cache's run, else a
+/// batch from the shared stack (installed as the loaded list), else a new run from the
+/// class's span. Each step is O(1).
 #[cold]
 #[inline(never)]
 fn refill(c: usize) -> *mut u8 {
@@ -390,8 +396,16 @@ unsafe impl GlobalAlloc for SpindleAlloc {
         if layout.align() <= MIN_ALIGN {
             return calloc(1, layout.size());
         }
+        if layout.size() > MAX_SMALL {
+            let (p, reused) = os::large_alloc_reused(layout.size(), layout.align());
+            if reused {
+                // SAFETY: a block of at least size bytes, ours.
+                unsafe { ptr::write_bytes(p, 0, layout.size()) };
+            }
+            return p;
+        }
         let p = malloc_aligned(layout.size(), layout.align());
-        if !p.is_null() && layout.size() <= MAX_SMALL {
+        if !p.is_null() {
             // SAFETY: a fresh block of at least size bytes.
             unsafe { ptr::write_bytes(p, 0, layout.size()) };
         }

@@ -55,11 +55,12 @@
 //! (the mode being decided) allocations take the shared stacks directly.
 
 use core::cell::Cell;
-use core::sync::atomic::{AtomicIsize, AtomicU8, AtomicUsize, Ordering::*};
+use core::sync::atomic::Ordering::*;
 
 use spindle_sync::percpu::rseq::{self, Peek};
 
 use crate::classes::{cache_capacity, size_of, CLASSES};
+use crate::hot::HOT;
 use crate::os;
 
 /// Bytes of one class's record in a slab.
@@ -99,22 +100,6 @@ const GLIBC: u8 = 2;
 const OWN: u8 = 3;
 const THREAD: u8 = 4;
 
-/// The words every operation reads, on one cache line.
-#[repr(C, align(64))]
-struct Config {
-    mode: AtomicU8,
-    glibc_offset: AtomicIsize,
-    index_field: AtomicUsize,
-    slabs: AtomicUsize,
-}
-
-static CONFIG: Config = Config {
-    mode: AtomicU8::new(UNDECIDED),
-    glibc_offset: AtomicIsize::new(0),
-    index_field: AtomicUsize::new(rseq::CPU_ID),
-    slabs: AtomicUsize::new(0),
-};
-
 /// What a cache operation did.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Outcome {
@@ -128,7 +113,7 @@ pub enum Outcome {
 
 /// The cache mode in words, for statistics and the lab.
 pub fn mode_name() -> &'static str {
-    match CONFIG.mode.load(Relaxed) {
+    match HOT.mode.load(Relaxed) {
         GLIBC => "per-CPU (rseq, glibc's registration)",
         OWN => "per-CPU (rseq, own registration)",
         THREAD => "per-thread (no restartable sequences)",
@@ -139,16 +124,16 @@ pub fn mode_name() -> &'static str {
 #[cold]
 #[inline(never)]
 fn decide() -> u8 {
-    if CONFIG
+    if HOT
         .mode
         .compare_exchange(UNDECIDED, DECIDING, Acquire, Acquire)
         .is_err()
     {
         // Another thread (or this one, re-entered) is deciding.
-        return CONFIG.mode.load(Acquire);
+        return HOT.mode.load(Acquire);
     }
     if forced_thread_mode() {
-        CONFIG.mode.store(THREAD, Release);
+        HOT.mode.store(THREAD, Release);
         return THREAD;
     }
     let slabs = os::reserve(MAX_INDEX * SLAB_BYTES);
@@ -156,20 +141,25 @@ fn decide() -> u8 {
     let mode = if slabs.is_null() {
         THREAD
     } else {
-        CONFIG.slabs.store(slabs as usize, Relaxed);
-        CONFIG
-            .index_field
+        HOT.slabs.store(slabs as usize, Relaxed);
+        HOT.index_field
             .store(spindle_sync::percpu::index_field(), Relaxed);
         match (p.registration, rseq::glibc_offset()) {
             (rseq::Registration::Glibc, Some(off)) => {
-                CONFIG.glibc_offset.store(off, Relaxed);
+                HOT.glibc_offset.store(off, Relaxed);
+                if let Ok(off) = i32::try_from(off) {
+                    let index = HOT.index_field.load(Relaxed);
+                    HOT.fast_rseq
+                        .store(off as u32 as usize | index << 32, Relaxed);
+                    HOT.fast_slabs.store(slabs as usize, Release);
+                }
                 GLIBC
             }
             (rseq::Registration::Own, _) => OWN,
             _ => THREAD,
         }
     };
-    CONFIG.mode.store(mode, Release);
+    HOT.mode.store(mode, Release);
     mode
 }
 
@@ -205,7 +195,7 @@ fn area(mode: u8) -> Result<*mut u8, bool> {
                 core::arch::asm!("mov {}, qword ptr fs:0", out(reg) tp,
                     options(nostack, readonly, preserves_flags));
             }
-            Ok(tp.wrapping_add_signed(CONFIG.glibc_offset.load(Relaxed)) as *mut u8)
+            Ok(tp.wrapping_add_signed(HOT.glibc_offset.load(Relaxed)) as *mut u8)
         }
         OWN => match rseq::peek_area() {
             Peek::Ready(a) => Ok(a),
@@ -247,17 +237,17 @@ const NO_SLOT: usize = 2;
 /// that the fast path falls straight through) and the descriptor and abort handler
 /// (signature, then restart from the top).
 macro_rules! rseq_op {
-    ($area:expr, $index:expr, $base:expr; $($body:literal),+; $($operands:tt)*) => {{
+    ($seg:literal $area:expr, $index:expr, $base:expr; $($body:literal),+; $($operands:tt)*) => {{
         let status: usize;
         core::arch::asm!(
             "2:",
             "lea rax, [rip + 3f]",
-            "mov qword ptr [{area} + {cs}], rax",
+            concat!("mov qword ptr ", $seg, "[{area} + {cs}], rax"),
             "4:",
-            "mov eax, dword ptr [{area} + {cpu}]",
+            concat!("mov eax, dword ptr ", $seg, "[{area} + {cpu}]"),
             "test eax, eax",
             "js 7f",
-            "mov eax, dword ptr [{area} + {index}]",
+            concat!("mov eax, dword ptr ", $seg, "[{area} + {index}]"),
             "cmp rax, {n}",
             "jae 7f",
             "shl rax, {shift}",
@@ -302,23 +292,20 @@ macro_rules! rseq_op {
     }};
 }
 
-/// # Safety (all four)
-/// `area` is this thread's registered `struct rseq` (or glibc's); `base` is the class's
-/// record offset into the per-CPU slabs; blocks in the lists are class blocks (mapped).
-#[inline(always)]
-unsafe fn pop_rseq(area: *mut u8, index: usize, base: usize, size: usize) -> (usize, usize) {
-    let p: usize;
-    // `step` moves a run word to its next block and one fewer left.
-    let step = size.wrapping_sub(1 << 48);
-    // SAFETY: the module's protocol; rcx, rdx, r9 are scratch, rdx the block. The three
-    // branches (the loaded list, else the other list, else the run of never-used blocks) end
-    // at the one commit store, the section's last instruction: r9 the word to write, rcx its
-    // new value. The loaded list is the fast path: one taken branch to the pop at 22.
-    let s = unsafe {
-        rseq_op!(area, index, base;
-            "mov r9, qword ptr [rax + 16]",
-            "lea r9, [rax + 8*r9]",
+/// Pop: the three branches (the loaded list, else the other list, else the run of never-used
+/// blocks) end at the one commit store, the section's last instruction: r9 the word to write,
+/// rcx its new value, rdx the block (r8 holds `sel`, then the mask of a packed word's address;
+/// r10 holds `step`). The loaded list is the fast path, one taken branch to the pop at 22.
+macro_rules! pop_asm {
+    ($seg:literal $area:expr, $index:expr, $base:expr, $size:expr) => {{
+        let p: usize;
+        // `step` moves a run word to its next block and one fewer left.
+        let step = ($size as usize).wrapping_sub(1 << 48);
+        let s = rseq_op!($seg $area, $index, $base;
+            "mov r8, qword ptr [rax + 16]",
+            "lea r9, [rax + 8*r8]",
             "mov rcx, qword ptr [r9]",
+            "mov r8, 0xffffffffffff",
             "test rcx, rcx",
             "jnz 22f",
             // The loaded list is empty: the other one, rax + 8 * (1 - sel) = 2 * rax + 8 - r9.
@@ -335,42 +322,72 @@ unsafe fn pop_rseq(area: *mut u8, index: usize, base: usize, size: usize) -> (us
             "shr rdx, 48",
             "jz 9f",
             "mov rdx, rcx",
-            "shl rdx, 16",
-            "shr rdx, 16",
-            "add rcx, {step}",
+            "and rdx, r8",
+            "add rcx, r10",
             "jmp 21f",
             "22:",
             "mov rdx, rcx",
-            "shl rdx, 16",
-            "shr rdx, 16",
+            "and rdx, r8",
             "mov rcx, qword ptr [rdx]",
             "21:",
             "mov qword ptr [r9], rcx";
-            step = in(reg) step, out("rcx") _, out("rdx") p, out("r9") _,)
-    };
-    (s, p)
+            in("r10") step, out("rcx") _, out("rdx") p, out("r8") _, out("r9") _,);
+        (s, p)
+    }};
+}
+
+/// Push: the link store (the list as it was) goes into the caller's block, then the commit:
+/// the list word with its count's bits kept, plus `v + 2^48` (one more block, and `v` as the
+/// address, since the old word's address bits were masked off).
+/// A list is full when its word is at or above `cap << 48`, in r10 (its address is below
+/// 2^48).
+macro_rules! push_asm {
+    ($seg:literal $area:expr, $index:expr, $base:expr, $v:expr, $cap:expr) => {{
+        let v: usize = $v;
+        rseq_op!($seg $area, $index, $base;
+            "mov r8, qword ptr [rax + 16]",
+            "lea rax, [rax + 8*r8]",
+            "mov rcx, qword ptr [rax]",
+            "mov r8, 0xffff000000000000",
+            "cmp rcx, r10",
+            "jae 9f",
+            "mov qword ptr [{v}], rcx",
+            "and r8, rcx",
+            "add r8, {one_v}",
+            "mov qword ptr [rax], r8";
+            v = in(reg) v, one_v = in(reg) v + (1 << 48), in("r10") ($cap as usize) << 48,
+            out("rcx") _, out("r8") _,)
+    }};
+}
+
+/// # Safety (all of them)
+/// `area` is this thread's registered `struct rseq` (or glibc's); `base` is the class's
+/// record offset into the per-CPU slabs; blocks in the lists are class blocks (mapped). For
+/// the `_fs` forms, `area` is instead the area's offset from the thread pointer (glibc's
+/// `__rseq_offset`): the area is reached through the `fs` segment, with no load of the
+/// thread pointer first.
+#[inline(always)]
+unsafe fn pop_rseq(area: *mut u8, index: usize, base: usize, size: usize) -> (usize, usize) {
+    // SAFETY: the module's protocol.
+    unsafe { pop_asm!("" area, index, base, size) }
+}
+
+#[inline(always)]
+unsafe fn pop_rseq_fs(off: isize, index: usize, base: usize, size: usize) -> (usize, usize) {
+    // SAFETY: as in pop_rseq.
+    unsafe { pop_asm!("fs:" off, index, base, size) }
 }
 
 #[inline(always)]
 unsafe fn push_rseq(area: *mut u8, index: usize, base: usize, v: usize, cap: usize) -> usize {
-    // SAFETY: as in pop_rseq; the link store (the list as it was) goes into v, the caller's
-    // block.
-    unsafe {
-        rseq_op!(area, index, base;
-            "mov rcx, qword ptr [rax + 16]",
-            "lea rax, [rax + 8*rcx]",
-            "mov rcx, qword ptr [rax]",
-            "mov rdx, rcx",
-            "shr rdx, 48",
-            "cmp rdx, {cap}",
-            "jae 9f",
-            "mov qword ptr [{v}], rcx",
-            "add rdx, 1",
-            "shl rdx, 48",
-            "or rdx, {v}",
-            "mov qword ptr [rax], rdx";
-            v = in(reg) v, cap = in(reg) cap, out("rcx") _, out("rdx") _,)
-    }
+    // SAFETY: as in pop_rseq; v is the caller's block.
+    unsafe { push_asm!("" area, index, base, v, cap) }
+}
+
+#[inline(always)]
+unsafe fn push_rseq_fs(off: isize, index: usize, base: usize, v: usize, cap: usize) -> usize {
+    // SAFETY: as in push_rseq.
+    unsafe { push_asm!("fs:" off, index, base, v, cap) }
 }
 
 #[inline(always)]
@@ -379,7 +396,7 @@ unsafe fn bump_rseq(area: *mut u8, index: usize, base: usize, size: usize) -> (u
     let step = size.wrapping_sub(1 << 48);
     // SAFETY: as in pop_rseq; the run's address plus its size stays below 2^48.
     let s = unsafe {
-        rseq_op!(area, index, base;
+        rseq_op!("" area, index, base;
             "mov rcx, qword ptr [rax + 24]",
             "mov rdx, rcx",
             "shr rdx, 48",
@@ -405,7 +422,7 @@ unsafe fn swap_rseq(
 ) -> usize {
     // SAFETY: as in pop_rseq; off is a word of the record.
     unsafe {
-        rseq_op!(area, index, base;
+        rseq_op!("" area, index, base;
             "cmp qword ptr [rax + {off}], {old}",
             "jne 9f",
             "mov qword ptr [rax + {off}], {new}";
@@ -422,7 +439,7 @@ enum Target {
 
 #[inline(always)]
 fn target() -> Target {
-    match area(CONFIG.mode.load(Acquire)) {
+    match area(HOT.mode.load(Acquire)) {
         Ok(a) => Target::Cpu(a),
         Err(true) => thread_slab().map_or(Target::None, Target::Thread),
         Err(false) => Target::None,
@@ -438,30 +455,19 @@ fn outcome(status: usize, v: usize, retry: impl FnOnce() -> Outcome) -> Outcome 
     }
 }
 
-/// This thread's rseq area when glibc registered it; None otherwise, and the callers' cold
-/// paths then go through [`pop`] and [`push`], which handle every mode. (Our own
-/// registration, the mode for a glibc older than 2.35, is found through a thread-local: in
-/// position-independent code that is a call, which would make every `malloc` save
-/// registers, so it stays off the fast path.)
-#[inline(always)]
-fn fast_area() -> Option<*mut u8> {
-    if CONFIG.mode.load(Acquire) == GLIBC {
-        area(GLIBC).ok()
-    } else {
-        None
-    }
-}
-
 /// [`pop`]'s fast path, small enough to inline into `malloc` without making it save
 /// registers: a block from this CPU's record, or None for everything else (the record's lists
 /// and run are empty, no usable slot, thread caches, the mode undecided), which the caller
-/// hands to its cold path.
+/// hands to its cold path. Only where glibc registered the thread's rseq area: it sits at a
+/// fixed offset from the thread pointer, reached through `fs`. (Our own registration, the
+/// mode for a glibc older than 2.35, is found through a thread-local: in position-independent
+/// code that is a call, which would make every `malloc` save registers, so it takes the cold
+/// path.)
 #[inline(always)]
 pub fn pop_fast(c: usize) -> Option<usize> {
-    let a = fast_area()?;
-    let base = CONFIG.slabs.load(Relaxed) + c * RECORD;
-    // SAFETY: a registered area of this thread; the slabs' geometry.
-    let (s, p) = unsafe { pop_rseq(a, CONFIG.index_field.load(Relaxed), base, size_of(c)) };
+    let (slabs, off, index) = fast_config()?;
+    // SAFETY: glibc's registered area of this thread at `off`; the slabs' geometry.
+    let (s, p) = unsafe { pop_rseq_fs(off, index, slabs + c * RECORD, size_of(c)) };
     (s == DONE).then_some(p)
 }
 
@@ -469,21 +475,23 @@ pub fn pop_fast(c: usize) -> Option<usize> {
 /// else (the list is full, ...), which the caller hands to its cold path.
 #[inline(always)]
 pub fn push_fast(c: usize, p: usize) -> bool {
-    let Some(a) = fast_area() else {
+    let Some((slabs, off, index)) = fast_config() else {
         return false;
     };
-    let base = CONFIG.slabs.load(Relaxed) + c * RECORD;
     // SAFETY: as in pop_fast.
-    let s = unsafe {
-        push_rseq(
-            a,
-            CONFIG.index_field.load(Relaxed),
-            base,
-            p,
-            cache_capacity(c),
-        )
-    };
+    let s = unsafe { push_rseq_fs(off, index, slabs + c * RECORD, p, cache_capacity(c)) };
     s == DONE
+}
+
+/// The slabs, glibc's rseq offset and the index field, when the fast path is on: two loads.
+#[inline(always)]
+fn fast_config() -> Option<(usize, isize, usize)> {
+    let slabs = HOT.fast_slabs.load(Acquire);
+    if slabs == 0 {
+        return None;
+    }
+    let r = HOT.fast_rseq.load(Relaxed);
+    Some((slabs, r as u32 as i32 as isize, r >> 32))
 }
 
 /// Pops a free block of class `c` from this thread's cache: from the loaded list, else from
@@ -493,9 +501,9 @@ pub fn push_fast(c: usize, p: usize) -> bool {
 pub fn pop(c: usize) -> Outcome {
     match target() {
         Target::Cpu(a) => {
-            let base = CONFIG.slabs.load(Relaxed) + c * RECORD;
+            let base = HOT.slabs.load(Relaxed) + c * RECORD;
             // SAFETY: a registered area of this thread; the slabs' geometry.
-            let (s, p) = unsafe { pop_rseq(a, CONFIG.index_field.load(Relaxed), base, size_of(c)) };
+            let (s, p) = unsafe { pop_rseq(a, HOT.index_field.load(Relaxed), base, size_of(c)) };
             outcome(s, p, || on_thread_slab(|r| plain::pop(r, size_of(c)), c))
         }
         Target::Thread(slab) => plain::pop(slab + c * RECORD, size_of(c)),
@@ -509,9 +517,9 @@ pub fn push(c: usize, p: usize) -> Outcome {
     let cap = cache_capacity(c);
     match target() {
         Target::Cpu(a) => {
-            let base = CONFIG.slabs.load(Relaxed) + c * RECORD;
+            let base = HOT.slabs.load(Relaxed) + c * RECORD;
             // SAFETY: as in pop.
-            let s = unsafe { push_rseq(a, CONFIG.index_field.load(Relaxed), base, p, cap) };
+            let s = unsafe { push_rseq(a, HOT.index_field.load(Relaxed), base, p, cap) };
             outcome(s, 0, || on_thread_slab(|r| plain::push(r, p, cap), c))
         }
         Target::Thread(slab) => plain::push(slab + c * RECORD, p, cap),
@@ -524,9 +532,9 @@ pub fn bump(c: usize) -> Outcome {
     let size = size_of(c);
     match target() {
         Target::Cpu(a) => {
-            let base = CONFIG.slabs.load(Relaxed) + c * RECORD;
+            let base = HOT.slabs.load(Relaxed) + c * RECORD;
             // SAFETY: as in pop.
-            let (s, p) = unsafe { bump_rseq(a, CONFIG.index_field.load(Relaxed), base, size) };
+            let (s, p) = unsafe { bump_rseq(a, HOT.index_field.load(Relaxed), base, size) };
             outcome(s, p, || on_thread_slab(|r| plain::bump(r, size), c))
         }
         Target::Thread(slab) => plain::bump(slab + c * RECORD, size),
@@ -538,9 +546,9 @@ pub fn bump(c: usize) -> Outcome {
 pub fn swap(c: usize, off: usize, old: usize, new: usize) -> Outcome {
     match target() {
         Target::Cpu(a) => {
-            let base = CONFIG.slabs.load(Relaxed) + c * RECORD;
+            let base = HOT.slabs.load(Relaxed) + c * RECORD;
             // SAFETY: as in pop.
-            let s = unsafe { swap_rseq(a, CONFIG.index_field.load(Relaxed), base, off, old, new) };
+            let s = unsafe { swap_rseq(a, HOT.index_field.load(Relaxed), base, off, old, new) };
             outcome(s, 0, || {
                 on_thread_slab(|r| plain::swap(r, off, old, new), c)
             })
@@ -557,14 +565,14 @@ pub fn read(c: usize) -> Option<[usize; 4]> {
         Target::Cpu(a) => {
             // SAFETY: reads this thread's area (the index field).
             let i = unsafe {
-                core::ptr::read_volatile(a.add(CONFIG.index_field.load(Relaxed)) as *const u32)
+                core::ptr::read_volatile(a.add(HOT.index_field.load(Relaxed)) as *const u32)
             };
             // SAFETY: as above.
             let cpu = unsafe { core::ptr::read_volatile(a.add(rseq::CPU_ID) as *const i32) };
             if cpu < 0 || i as usize >= MAX_INDEX {
                 thread_slab()? + c * RECORD
             } else {
-                CONFIG.slabs.load(Relaxed) + i as usize * SLAB_BYTES + c * RECORD
+                HOT.slabs.load(Relaxed) + i as usize * SLAB_BYTES + c * RECORD
             }
         }
         Target::Thread(slab) => slab + c * RECORD,
@@ -679,7 +687,7 @@ fn make_thread_slab() -> Option<usize> {
 
 /// Blocks of class `c` held by the per-CPU caches (a racy sum, for statistics).
 pub fn cached(c: usize) -> usize {
-    let slabs = CONFIG.slabs.load(Relaxed);
+    let slabs = HOT.slabs.load(Relaxed);
     if slabs == 0 {
         return 0;
     }

@@ -4,10 +4,17 @@
 //!
 //! # Words
 //! - `REGION`: the base of one `MAP_NORESERVE` reservation, span aligned, with log2 of its
-//!   length in spans in the low bits (one word, so no reader sees one without the other; 0
-//!   until the first allocation); `NEXT_SPAN` the first span no class has taken.
-//! - `SPAN_CLASS[s]`: class + 1 of span `s` (0: not handed out). Written once, before the
-//!   span's first block leaves the allocator; `free` reads it to find a block's class.
+//!   length in spans in the low bits (one word, claimed by CAS: 0 until the first
+//!   allocation); the region is aligned to its length. The winner then publishes it for
+//!   readers as `REGION_BASE`, then `HOT.region` (base | log2 of the length, for `free`)
+//!   and last `REGION_BYTES` (release). A reader that sees them set (acquire) sees the base;
+//!   one that does not treats every pointer as outside the region, which is right: no
+//!   region block can have been handed out before the publication, because `carve` takes the
+//!   region only from the published words (a thread that loses the CAS waits for them).
+//!   `NEXT_CHUNK` is the first chunk no class has taken.
+//! - `HOT.chunk_class[chunk_slot(a)]`: class + 1 of the chunk holding address `a` (0: not handed
+//!   out). Written once, before the chunk's first block leaves the allocator; `free` reads it
+//!   to find a block's class.
 //! - per class `FRONTIER`: `(span << 32) | next block`, one word, moved by CAS; blocks past
 //!   `next` in that span have never been handed out, so their pages are untouched.
 //! - per class `STACK`: `(top, tag)` in 16 bytes, moved only by `cmpxchg16b`. A batch is a
@@ -37,9 +44,10 @@
 //! another thread's succeeded. A carve that loses the race to install a new span abandons
 //! that span: 1 MiB of address space, never touched, so no memory.
 
-use core::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
 
 use crate::classes::{size_of, CLASSES};
+use crate::hot::HOT;
 use crate::os;
 use crate::stack::{link, Stack};
 
@@ -49,12 +57,11 @@ use crate::stack::{link, Stack};
 pub const CHUNK: usize = 1 << 16;
 /// Chunks in a full region: 64 GiB of address space (not memory: pages are touched on use).
 pub const MAX_CHUNKS: usize = 1 << 20;
-/// The region's alignment: a transparent huge page.
-const HUGE: usize = 2 << 20;
 
 static REGION: AtomicUsize = AtomicUsize::new(0);
+static REGION_BASE: AtomicUsize = AtomicUsize::new(0);
+static REGION_BYTES: AtomicUsize = AtomicUsize::new(0);
 static NEXT_CHUNK: AtomicUsize = AtomicUsize::new(0);
-static CHUNK_CLASS: [AtomicU8; MAX_CHUNKS] = [const { AtomicU8::new(0) }; MAX_CHUNKS];
 
 const NO_SPAN: u64 = u32::MAX as u64;
 static FRONTIER: [AtomicU64; CLASSES] = [const { AtomicU64::new(NO_SPAN << 32) }; CLASSES];
@@ -72,15 +79,10 @@ static STACKS: [Padded; CLASSES] = [const { Padded(Stack::new()) }; CLASSES];
 /// the losers unmap theirs). Tries 64 GiB, then smaller, for a strict overcommit policy or
 /// an address-space limit; `(0, 0)` if nothing could be reserved.
 fn region() -> (usize, usize) {
-    match REGION.load(Acquire) {
+    match REGION_BYTES.load(Acquire) {
         0 => reserve_region(),
-        w => decode(w),
+        len => (REGION_BASE.load(Relaxed), len / CHUNK),
     }
-}
-
-#[inline(always)]
-fn decode(w: usize) -> (usize, usize) {
-    (w & !(HUGE - 1), 1 << (w & 31))
 }
 
 /// Transparent huge pages on the region (`MADV_HUGEPAGE`) unless `SPINDLE_ALLOC_THP=0` is in
@@ -96,27 +98,50 @@ fn huge_pages_wanted() -> bool {
     v.is_null() || unsafe { core::ffi::CStr::from_ptr(v) }.to_bytes() != b"0"
 }
 
+/// Reserves the region aligned to its own length (twice the length reserved, the excess
+/// unmapped), so that `free` finds a pointer's chunk with a shift and a mask, without first
+/// loading the base: a chunk's slot in `HOT.chunk_class` is [`chunk_slot`] of its address.
 #[cold]
 fn reserve_region() -> (usize, usize) {
     let mut chunks = MAX_CHUNKS;
     while chunks >= 256 {
-        let len = chunks * CHUNK + HUGE;
-        let raw = os::reserve(len);
+        let len = chunks * CHUNK;
+        let raw = os::reserve(2 * len);
         if !raw.is_null() {
-            let base = (raw as usize + HUGE - 1) & !(HUGE - 1);
+            let base = (raw as usize + len - 1) & !(len - 1);
+            let (head, tail) = (base - raw as usize, raw as usize + len - base);
+            // SAFETY: the parts of our fresh reservation outside [base, base + len).
+            unsafe {
+                if head > 0 {
+                    os::release(raw, head);
+                }
+                if tail > 0 {
+                    os::release((base + len) as *mut u8, tail);
+                }
+            }
             let w = base | chunks.trailing_zeros() as usize;
             match REGION.compare_exchange(0, w, AcqRel, Acquire) {
                 Ok(_) => {
                     if huge_pages_wanted() {
                         // SAFETY: our fresh reservation.
-                        unsafe { os::advise_huge(base as *mut u8, chunks * CHUNK) };
+                        unsafe { os::advise_huge(base as *mut u8, len) };
                     }
+                    REGION_BASE.store(base, Relaxed);
+                    HOT.region
+                        .store(base | len.trailing_zeros() as usize, Release);
+                    REGION_BYTES.store(len, Release);
                     return (base, chunks);
                 }
-                Err(other) => {
+                Err(_) => {
                     // SAFETY: our own reservation, never used.
-                    unsafe { os::release(raw, len) };
-                    return decode(other);
+                    unsafe { os::release(base as *mut u8, len) };
+                    // The winner publishes in a moment (once per process).
+                    loop {
+                        match REGION_BYTES.load(Acquire) {
+                            0 => std::thread::yield_now(),
+                            n => return (REGION_BASE.load(Relaxed), n / CHUNK),
+                        }
+                    }
                 }
             }
         }
@@ -125,18 +150,26 @@ fn reserve_region() -> (usize, usize) {
     (0, 0)
 }
 
+/// The slot in `HOT.chunk_class` of the chunk holding `addr`: distinct for the region's chunks,
+/// since the region is at most `MAX_CHUNKS` chunks and aligned to its length.
+#[inline(always)]
+fn chunk_slot(addr: usize) -> usize {
+    (addr / CHUNK) & (MAX_CHUNKS - 1)
+}
+
 /// The class of a block in the region, or None for a pointer outside it.
 #[inline(always)]
 pub fn class_of_block(p: *mut u8) -> Option<usize> {
-    let (base, chunks) = decode(REGION.load(Relaxed));
-    let off = (p as usize).wrapping_sub(base);
-    if base == 0 || off >= chunks * CHUNK {
+    let p = p as usize;
+    // The slot's load needs nothing loaded first; the region test runs beside it: p is in
+    // the region when it agrees with the base above the length's bit (before publication
+    // the word is 0 and the shift 0, so only null would pass, and its slot holds 0 then).
+    let c = HOT.chunk_class[chunk_slot(p)].load(Relaxed);
+    let w = HOT.region.load(Acquire);
+    if (p ^ w) >> (w & 63) != 0 || c == 0 {
         return None;
     }
-    match CHUNK_CLASS[off / CHUNK].load(Relaxed) {
-        0 => None,
-        c => Some(c as usize - 1),
-    }
+    Some(c as usize - 1)
 }
 
 /// Chunks in a span of class `c`: room for at least eight blocks.
@@ -161,7 +194,7 @@ pub fn carve(c: usize, k: usize) -> Option<(usize, usize)> {
             match f.compare_exchange_weak(cur, cur + take, AcqRel, Acquire) {
                 Ok(_) => {
                     CARVED[c].fetch_add(take as usize, Relaxed);
-                    let (base, _) = decode(REGION.load(Relaxed));
+                    let base = REGION_BASE.load(Relaxed);
                     let first = base + span as usize * CHUNK + next as usize * size_of(c);
                     return Some((first, take as usize));
                 }
@@ -175,8 +208,9 @@ pub fn carve(c: usize, k: usize) -> Option<(usize, usize)> {
         if s + k > chunks {
             return None;
         }
-        for chunk in &CHUNK_CLASS[s..s + k] {
-            chunk.store(c as u8 + 1, Relaxed);
+        let base = REGION_BASE.load(Relaxed);
+        for i in s..s + k {
+            HOT.chunk_class[chunk_slot(base + i * CHUNK)].store(c as u8 + 1, Relaxed);
         }
         match f.compare_exchange(cur, (s as u64) << 32, AcqRel, Acquire) {
             Ok(_) => cur = (s as u64) << 32,
@@ -218,7 +252,7 @@ pub fn link_run(first: usize, n: usize, size: usize) {
     }
 }
 
-/// Pushes a batch (blocks chained through [`set_next_in_batch`], `n` of them, at most
+/// Pushes a batch (blocks chained through their link words, [`link_word`], `n` of them, at most
 /// 65 535) of class `c`.
 pub fn push_batch(c: usize, first: usize, n: usize) {
     SHARED[c].fetch_add(n, Relaxed);
@@ -237,7 +271,6 @@ pub fn pop_batch(c: usize) -> Option<(usize, usize)> {
 
 /// Chunks handed out to classes so far and the region's capacity in chunks.
 pub fn chunks_used() -> (usize, usize) {
-    let (base, chunks) = decode(REGION.load(Relaxed));
-    let chunks = if base == 0 { 0 } else { chunks };
+    let chunks = REGION_BYTES.load(Acquire) / CHUNK;
     (NEXT_CHUNK.load(Relaxed).min(chunks), chunks)
 }

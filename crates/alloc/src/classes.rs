@@ -23,12 +23,13 @@ pub const MAX_SMALL: usize = 65536;
 /// The block size of class `c` (a table load: the allocator's hot paths ask for it).
 #[inline]
 pub const fn size_of(c: usize) -> usize {
-    SIZES[c] as usize
+    // (64 entries, so that the mask spares the hot paths a bounds check)
+    SIZES[c & 63] as usize
 }
 
-/// [`size_of`] for every class, by its formula.
-const SIZES: [u32; CLASSES] = {
-    let mut t = [0u32; CLASSES];
+/// [`size_of`] for every class, by its formula (0 past the last class).
+const SIZES: [u32; 64] = {
+    let mut t = [0u32; 64];
     let mut c = 0;
     while c < CLASSES {
         t[c] = if c < 4 {
@@ -96,12 +97,12 @@ pub fn class_aligned(size: usize, align: usize) -> Option<usize> {
 /// load: `free` asks for it on every call).
 #[inline]
 pub const fn cache_capacity(c: usize) -> usize {
-    CAPACITIES[c] as usize
+    CAPACITIES[c & 63] as usize
 }
 
-/// [`cache_capacity`] for every class.
-const CAPACITIES: [u16; CLASSES] = {
-    let mut t = [0u16; CLASSES];
+/// [`cache_capacity`] for every class (0 past the last class).
+const CAPACITIES: [u16; 64] = {
+    let mut t = [0u16; 64];
     let mut c = 0;
     while c < CLASSES {
         let n = 65536 / size_of(c);

@@ -10,7 +10,7 @@
 //!                                  ▼
 //!                               the class's frontier in its current span (CAS)
 //!                                  │ region full
-//!  n > 64 KiB ───────────────────► mmap / munmap per block (mremap for realloc)
+//!  n > 64 KiB ───────────────────► a kept block that fits, else mmap (mremap for realloc)
 //! ```
 //!
 //! - **Classes** ([`classes`]): each request is rounded up to one of 44 classes from 16 B to
@@ -26,12 +26,16 @@
 //!   region), carved by address arithmetic so that never-used blocks' pages stay untouched.
 //! - **The OS** ([`os`]): one `MAP_NORESERVE` reservation of 64 GiB of address space (less
 //!   where the system refuses), spans never unmapped, transparent huge pages asked for
-//!   (`SPINDLE_ALLOC_THP=0`: not); blocks above 64 KiB mapped one by one.
+//!   (`SPINDLE_ALLOC_THP=0`: not); blocks above 64 KiB mapped one by one, made resident in
+//!   one call up to 4 MiB.
 //!   **Returning memory:** a freed block of 16 KiB or more that goes to a shared stack
 //!   already holding 1 MiB of its class gives its whole pages (all but the first, which
-//!   holds the links) back with `MADV_DONTNEED`; a large block is unmapped when freed.
+//!   holds the links) back with `MADV_DONTNEED`; a freed large block is kept for the next
+//!   large allocation that fits (at most 16 blocks, 32 MiB in all, 8 MiB each: `os::keep`)
+//!   and unmapped otherwise.
 //!
-//! Every operation is lock-free except the OS calls; the fast path is constant time.
+//! Every operation is lock-free except the OS calls (the kept large blocks sit behind a flag
+//! that is tried, never waited for); the fast path is constant time.
 //! Use it as Rust's allocator with `#[global_allocator] static A: SpindleAlloc = SpindleAlloc;`,
 //! or for any program with `LD_PRELOAD` and the `spindle-alloc-preload` crate's library.
 
@@ -42,6 +46,8 @@ pub mod cache;
 #[cfg(not(loom))]
 pub mod central;
 pub mod classes;
+#[cfg(not(loom))]
+mod hot;
 #[cfg(not(loom))]
 pub mod os;
 pub mod stack;

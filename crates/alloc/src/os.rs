@@ -96,9 +96,29 @@ const fn round_up(x: usize, to: usize) -> usize {
     (x + to - 1) & !(to - 1)
 }
 
-/// A block of `size` bytes aligned to `align` straight from the OS; null on failure. Its
-/// bytes are zero (fresh pages): `calloc` needs no `memset`.
+/// A block of `size` bytes aligned to `align` from the OS (or a kept one, see [`keep`]);
+/// null on failure.
 pub fn large_alloc(size: usize, align: usize) -> *mut u8 {
+    large_alloc_reused(size, align).0
+}
+
+/// [`large_alloc`], and whether the block was kept from an earlier free (its bytes are then
+/// not zero; a fresh block's are, so `calloc` clears only kept ones).
+pub fn large_alloc_reused(size: usize, align: usize) -> (*mut u8, bool) {
+    if align <= PAGE {
+        if let Some(p) = size
+            .checked_add(2 * PAGE - 1)
+            .and_then(|n| keep::take(n & !(PAGE - 1)))
+        {
+            return (p as *mut u8, true);
+        }
+    }
+    (fresh(size, align), false)
+}
+
+/// A block of `size` bytes aligned to `align` straight from the OS; null on failure. Its
+/// bytes are zero (fresh pages).
+fn fresh(size: usize, align: usize) -> *mut u8 {
     let align = align.max(PAGE);
     let Some(len) = size
         .checked_add(align)
@@ -136,7 +156,25 @@ pub fn large_alloc(size: usize, align: usize) -> *mut u8 {
         })
     };
     LARGE_MAPPED.fetch_add(mapped, Relaxed);
+    populate(user, round_up(size, PAGE));
     user as *mut u8
+}
+
+/// Large blocks up to this size are made resident when they are handed out.
+pub const POPULATE_MAX: usize = 4 << 20;
+
+/// Makes `[p, p + len)` resident and writable in one system call (`MADV_POPULATE_WRITE`,
+/// Linux 5.14+) when `len` is at most [`POPULATE_MAX`]: programs write the buffers they ask
+/// for, and one call costs less than a page fault per 4 KiB page. Larger ranges, and kernels
+/// without the advice, fault their pages in as they are touched.
+fn populate(p: usize, len: usize) {
+    if len == 0 || len > POPULATE_MAX {
+        return;
+    }
+    count_call();
+    // SAFETY: a range of a mapping this module just made for a block nobody else holds yet;
+    // the advice only faults pages in (their contents stay zero).
+    let _ = unsafe { mm::madvise(p as *mut c_void, len, Advice::LinuxPopulateWrite) };
 }
 
 /// The usable size of a large block (what the mapping holds after the pointer).
@@ -155,7 +193,10 @@ pub unsafe fn large_usable(p: *mut u8) -> usize {
 /// As for [`large_usable`]; the block is not used afterwards.
 pub unsafe fn large_free(p: *mut u8) {
     // SAFETY: the caller's contract.
-    let (base, len, _) = unsafe { header(p) };
+    let (base, len, over_aligned) = unsafe { header(p) };
+    if !over_aligned && keep::put(base, len) {
+        return;
+    }
     LARGE_MAPPED.fetch_sub(len, Relaxed);
     // SAFETY: the whole mapping of this block, which nobody uses any more.
     unsafe { release(base as *mut u8, len) };
@@ -176,6 +217,19 @@ pub unsafe fn large_realloc(p: *mut u8, size: usize) -> *mut u8 {
     if over_aligned {
         return ptr::null_mut();
     }
+    if len > old_len {
+        // A kept block that fits: a copy instead of new pages from the kernel (a buffer that
+        // doubles as it grows leaves each size it passed through in the kept blocks).
+        if let Some(q) = keep::take(len) {
+            // SAFETY: q is a kept block of at least `size` bytes, now ours; the old block's
+            // usable bytes (fewer than `size`) are copied, then the old block is freed.
+            unsafe {
+                ptr::copy_nonoverlapping(p, q as *mut u8, old_base + old_len - p as usize);
+                large_free(p);
+            }
+            return q as *mut u8;
+        }
+    }
     count_call();
     // SAFETY: remapping this block's whole mapping; the old addresses are not used again if
     // it moves (the caller takes the new pointer).
@@ -191,8 +245,84 @@ pub unsafe fn large_realloc(p: *mut u8, size: usize) -> *mut u8 {
     }
     if len >= old_len {
         LARGE_MAPPED.fetch_add(len - old_len, Relaxed);
+        // The pages the block grew by (a buffer that grows is written).
+        populate(base + old_len, len - old_len);
     } else {
         LARGE_MAPPED.fetch_sub(old_len - len, Relaxed);
     }
     (base + PAGE) as *mut u8
+}
+
+/// Freed large blocks kept for the next large allocations: a program that allocates and
+/// frees buffers of the same size (a growing string, a page cache, a sort buffer) would
+/// otherwise pay, every time, for `mmap`, `munmap` and the kernel clearing every page.
+///
+/// At most [`keep::SLOTS`] blocks and [`keep::BYTES`] bytes are kept (each at most
+/// [`keep::MAX_ONE`]), still mapped and resident; an allocation takes the smallest kept
+/// block of at least the length it needs and at most twice it. The slots are guarded by a
+/// flag taken with a swap and never waited for: a thread that finds it taken maps or unmaps
+/// as if nothing were kept, so no thread ever blocks here (nor a child forked while another
+/// thread held it, which just never keeps anything).
+pub mod keep {
+    use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+
+    /// Blocks kept at most.
+    pub const SLOTS: usize = 16;
+    /// Bytes kept at most, all blocks together.
+    pub const BYTES: usize = 32 << 20;
+    /// The largest block kept.
+    pub const MAX_ONE: usize = 8 << 20;
+
+    static BUSY: AtomicBool = AtomicBool::new(false);
+    /// (mapping base, mapping length) per slot; 0 length: empty. Accessed under `BUSY`.
+    static BASE: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+    static LEN: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+    static KEPT: AtomicUsize = AtomicUsize::new(0);
+
+    fn locked<R>(f: impl FnOnce() -> Option<R>) -> Option<R> {
+        if BUSY.swap(true, Acquire) {
+            return None;
+        }
+        let r = f();
+        BUSY.store(false, Release);
+        r
+    }
+
+    /// A kept block whose mapping is `need` bytes or up to twice that: its user pointer.
+    pub(super) fn take(need: usize) -> Option<usize> {
+        if KEPT.load(Relaxed) == 0 {
+            return None;
+        }
+        locked(|| {
+            let best = (0..SLOTS)
+                .filter(|&i| (need..=need.saturating_mul(2)).contains(&LEN[i].load(Relaxed)))
+                .min_by_key(|&i| LEN[i].load(Relaxed))?;
+            let (base, len) = (BASE[best].load(Relaxed), LEN[best].swap(0, Relaxed));
+            KEPT.fetch_sub(len, Relaxed);
+            Some(base + super::PAGE)
+        })
+    }
+
+    /// Keeps the block mapped at `[base, base + len)`; false if there is no room.
+    pub(super) fn put(base: usize, len: usize) -> bool {
+        if len > MAX_ONE || KEPT.load(Relaxed) + len > BYTES {
+            return false;
+        }
+        locked(|| {
+            if KEPT.load(Relaxed) + len > BYTES {
+                return None;
+            }
+            let i = (0..SLOTS).find(|&i| LEN[i].load(Relaxed) == 0)?;
+            BASE[i].store(base, Relaxed);
+            LEN[i].store(len, Relaxed);
+            KEPT.fetch_add(len, Relaxed);
+            Some(())
+        })
+        .is_some()
+    }
+
+    /// Bytes kept now.
+    pub fn bytes() -> usize {
+        KEPT.load(Relaxed)
+    }
 }
