@@ -202,9 +202,11 @@ pub unsafe fn large_free(p: *mut u8) {
     unsafe { release(base as *mut u8, len) };
 }
 
-/// Grows or shrinks a large block with `mremap` (the kernel moves page tables, not bytes);
-/// null when the kernel refuses (the block is then unchanged). Only for blocks whose
-/// alignment is at most a page, since a move keeps only page alignment.
+/// Resizes a large block: in place while it still fits and uses at least half of its
+/// mapping; else, growing, into a kept block that fits (a copy); else with `mremap` (the
+/// kernel moves page tables, not bytes). Null when the kernel refuses (the block is then
+/// unchanged), and for blocks aligned beyond a page that must move (a move keeps only page
+/// alignment).
 ///
 /// # Safety
 /// As for [`large_usable`].
@@ -214,6 +216,12 @@ pub unsafe fn large_realloc(p: *mut u8, size: usize) -> *mut u8 {
     let Some(len) = size.checked_add(2 * PAGE - 1).map(|n| n & !(PAGE - 1)) else {
         return ptr::null_mut();
     };
+    // Still fits, using at least half: in place, no system call (a kept block taken for a
+    // growing buffer has room for its next steps).
+    let usable = old_base + old_len - p as usize;
+    if size <= usable && size >= usable / 2 {
+        return p;
+    }
     if over_aligned {
         return ptr::null_mut();
     }
