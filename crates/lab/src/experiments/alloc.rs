@@ -21,10 +21,11 @@
 //! one number). The throughput, wall-clock ns per call (all threads together), comes from a
 //! second pass of the same work in the same child with no call timed: two `rdtsc` around
 //! every call cost about as much as a fast allocation, and would hide the allocators'
-//! differences behind the timer's. *Slow calls*
-//! counts calls above the cut-off, less, for spindle-alloc, those that made a system call
-//! (which only spindle-alloc reports); the *timer* variant counts the same for an empty timed
-//! section on the same workload, the floor that interrupts and preemption alone produce.
+//! differences behind the timer's. *Slow calls* counts calls above the cut-off, less, for
+//! spindle-alloc, those that made a system call (which only spindle-alloc reports); the
+//! *timer* variant counts the same for an empty timed section on the same workload, the
+//! floor that interrupts and preemption alone produce (it has no untimed pass: its ns is
+//! its timed pass's, and no claim uses it).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::Ordering::*;
@@ -459,7 +460,6 @@ fn status_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Runs `work` on `threads` threads of allocator `who`, in the current process.
 /// One pass of `work`: a thread per table (and, for handoff, its consumer).
 fn pass(
     a: &(dyn GlobalAlloc + Sync),
@@ -485,6 +485,8 @@ fn pass(
     });
 }
 
+/// Runs `work` on `threads` threads of allocator `who`, in the current process: the timed
+/// pass, then the untimed one for the throughput.
 fn run_work(who: Who, work: Work<'_>, threads: usize, floor: bool) -> Out {
     let a = who.allocator();
     // Every allocator's first-use setup (spindle-alloc: its cache mode, region and slabs)
