@@ -143,14 +143,13 @@ fn alloc_class(c: usize) -> *mut u8 {
 }
 
 /// The fast path found nothing: pop again in whichever mode the caches are (the mode may be
-/// undecided, or this thread on a thread cache); if the loaded list was empty, flip to the
-/// other list if it holds blocks, else take a never-used block from the cache's run, else a
-/// batch from the shared stack (installed as the loaded list), else a new run from the
-/// class's span. Each step is O(1).
+/// undecided, or this thread on a thread cache); if both lists and the run are empty, take a
+/// batch from the shared stack (installed as `list[0]`), else a new run from the class's
+/// range. Each step is O(1).
 #[cold]
 #[inline(never)]
 fn refill(c: usize) -> *mut u8 {
-    use crate::cache::{addr, count, pack, BUMP, LIST0, SEL};
+    use crate::cache::{addr, count, pack, BUMP, LIST0};
     let o = cache::pop(c);
     if let Outcome::Done(p) = o {
         return p as *mut u8;
@@ -160,23 +159,16 @@ fn refill(c: usize) -> *mut u8 {
     }
     let size = size_of(c);
     for _ in 0..4 {
-        let Some([l0, l1, sel, bump]) = cache::read(c) else {
+        let Some([l0, l1, bump, _]) = cache::read(c) else {
             break;
         };
-        let (loaded, other) = if sel == 0 { (l0, l1) } else { (l1, l0) };
-        if addr(loaded) == 0 && addr(other) != 0 {
-            cache::swap(c, SEL, sel, sel ^ 1);
-        } else if addr(loaded) == 0 && count(bump) != 0 {
-            if let Outcome::Done(p) = cache::bump(c) {
-                return p as *mut u8;
-            }
-            continue;
-        } else if addr(loaded) == 0 {
+        // (Blocks in a list or the run: this thread moved since its pop; pop again.)
+        if addr(l0) == 0 && addr(l1) == 0 && count(bump) == 0 {
             if let Some((first, n)) = central::pop_batch(c) {
                 // The rest of the batch, already in a list word's form.
                 let rest = central::link_word(first);
                 debug_assert_eq!(count(rest), n - 1);
-                if n > 1 && cache::swap(c, LIST0 + 8 * sel, 0, rest) != Outcome::Done(0) {
+                if n > 1 && cache::swap(c, LIST0, 0, rest) != Outcome::Done(0) {
                     central::push_batch(c, addr(rest), n - 1);
                 }
                 return first as *mut u8;
@@ -222,28 +214,32 @@ const DISCARD_FROM: usize = 16384;
 /// ... once the class's shared stack holds this many bytes.
 const DISCARD_ABOVE: usize = 1 << 20;
 
-/// The loaded list was full: flip to the other list if it is empty, else hand the other
-/// (full) list to the shared stack whole and flip to it, emptied. Each step is O(1).
+/// `list[0]` was full: move it to `list[1]` if that is empty, else first hand `list[1]` to the
+/// shared stack whole. Each step is O(1).
 #[cold]
 #[inline(never)]
 fn spill(c: usize, p: usize) {
-    use crate::cache::{addr, count, LIST0, SEL};
+    use crate::cache::{addr, count, LIST0, LIST1};
     let o = cache::push(c, p);
     if o == Outcome::Done(0) {
         return;
     }
     if o != Outcome::NoCache {
         for _ in 0..4 {
-            let Some([l0, l1, sel, _]) = cache::read(c) else {
+            let Some([l0, l1, _, _]) = cache::read(c) else {
                 break;
             };
-            let (loaded, other) = if sel == 0 { (l0, l1) } else { (l1, l0) };
-            if count(loaded) >= cache_capacity(c) {
-                if addr(other) == 0 {
-                    cache::swap(c, SEL, sel, sel ^ 1);
-                } else if cache::swap(c, LIST0 + 8 * (sel ^ 1), other, 0) == Outcome::Done(0) {
-                    give_back(c, addr(other), count(other));
-                    cache::swap(c, SEL, sel, sel ^ 1);
+            if count(l0) >= cache_capacity(c) {
+                if addr(l1) != 0 {
+                    // Taken, so ours: to the shared stack.
+                    if cache::swap(c, LIST1, l1, 0) == Outcome::Done(0) {
+                        give_back(c, addr(l1), count(l1));
+                    }
+                } else if cache::swap(c, LIST0, l0, 0) == Outcome::Done(0)
+                    && cache::swap(c, LIST1, 0, l0) != Outcome::Done(0)
+                {
+                    // Taken, then list[1] filled meanwhile (or we moved): to the shared stack.
+                    give_back(c, addr(l0), count(l0));
                 }
             }
             if cache::push(c, p) == Outcome::Done(0) {
@@ -277,12 +273,12 @@ fn give_back(c: usize, first: usize, n: usize) {
 
 /// Empties a thread's slab into the shared stacks (at thread exit).
 pub(crate) fn flush_slab(slab: usize) {
-    use crate::cache::{addr, count, BUMP, LIST0, RECORD};
+    use crate::cache::{addr, count, BUMP, LIST0, LIST1, RECORD};
     for c in 0..CLASSES {
         let r = slab + c * RECORD;
         // SAFETY: a slab owned by the calling thread, read and cleared before it goes.
         let w = |off: usize| unsafe { core::mem::replace(&mut *((r + off) as *mut usize), 0) };
-        for l in [w(LIST0), w(LIST0 + 8)] {
+        for l in [w(LIST0), w(LIST1)] {
             if addr(l) != 0 {
                 central::push_batch(c, addr(l), count(l));
             }

@@ -6,19 +6,21 @@
 //! - `list[0]`, `list[1]`: two free lists (Bonwick's *loaded* and *previous* magazines), each
 //!   one word: the first block's address in the low 48 bits, the list's length in the high
 //!   16; the blocks are chained through their first word, which holds the rest of the list
-//!   in the same form (the next block, how many follow), so a pop installs it as it is;
-//! - `sel`: which list is loaded (0 or 1);
-//! - `bump`: a run of never-used blocks carved from the class's span, as (address, count).
+//!   in the same form (the next block, how many follow), so a pop installs it as it is.
+//!   Frees go to `list[0]`; allocations take from `list[0]`, else from `list[1]`. (A fixed
+//!   loaded list, rather than a selector word, spares both fast paths a dependent load.)
+//! - `bump`: a run of never-used blocks carved from the class's range, as (address, count);
+//! - a word of padding (a record's size is a power of two).
 //!
 //! Per-CPU slabs sit side by side in one `MAP_NORESERVE` reservation, indexed by the thread's
 //! `mm_cid` (dense ids, Linux 6.3+) or `cpu_id` from its `struct rseq`.
 //!
 //! # Operations: every one constant time, every one a single committing store
 //! ```text
-//! pop(c):       l = list[sel], or list[1-sel] if that is empty, else bump(c)
+//! pop(c):       l = list[0], or list[1] if that is empty, else bump(c)
 //!               p = l.addr; l = p.link                              (commit)
-//! push(c, p):   w = list[sel]; w.count >= cap(c): full
-//!               p.link = w;  list[sel] = (p, w.count + 1)           (commit)
+//! push(c, p):   w = list[0]; w.count >= cap(c): full
+//!               p.link = w;  list[0] = (p, w.count + 1)             (commit)
 //! bump(c):      w = bump; w.count == 0: empty
 //!               bump = (w.addr + size, w.count - 1)  → w.addr      (commit)
 //! swap(c, off, old, new): word[off] == old: word[off] = new        (commit)
@@ -29,16 +31,16 @@
 //! read inside the sequence. Linearisation point: the commit. `push`'s link store goes into
 //! the caller's own block before the commit (rewritten if restarted). `swap` lets the slow
 //! paths (in Rust, reading the record without a sequence) change one word only if it still
-//! holds what they read: flipping `sel`, installing a batch into an empty list or a new run
-//! into `bump`, taking a full list. A stale read only makes a `swap` fail or flip to a list
-//! that has just emptied (a miss, never a lost or doubled block: each list word moves only
-//! through these commits).
+//! holds what they read: taking a list (swapping it for 0: the taking thread then owns its
+//! blocks), installing a list or a batch into an empty list word or a new run into `bump`.
+//! A stale read only makes a `swap` fail (a miss, never a lost or doubled block: each list
+//! word moves only through these commits, and a taken list is owned by one thread).
 //!
 //! The two lists make the slow paths rare in every pattern (Bonwick): an allocation that
-//! finds the loaded list empty flips to the other one if it holds blocks; a free that finds
-//! it full flips to the other if it is empty, and otherwise hands the other (full) list to
-//! the shared stack whole — one CAS, no walk — and flips to the emptied one. So at least
-//! `cap(c)` operations pass between two visits to the shared stacks, and a visit is O(1).
+//! finds `list[0]` empty takes from `list[1]`; a free that finds `list[0]` full moves it to
+//! `list[1]` if that is empty (take, then install), and otherwise first hands `list[1]` to
+//! the shared stack whole — one CAS, no walk. So at least `cap(c)` operations pass between
+//! two visits to the shared stacks, and a visit is O(1).
 //!
 //! # Which cache a thread uses
 //! - **glibc**: glibc registered every thread's area; it is found at `fs:0 + __rseq_offset`
@@ -68,9 +70,9 @@ pub const RECORD: usize = 32;
 /// Byte offsets in a record.
 pub const LIST0: usize = 0;
 /// See [`LIST0`].
-pub const SEL: usize = 16;
+pub const LIST1: usize = 8;
 /// See [`LIST0`].
-pub const BUMP: usize = 24;
+pub const BUMP: usize = 16;
 /// Bytes of one slab: a power of two (the index becomes a shift), at least the records.
 pub const SLAB_BYTES: usize = (CLASSES * RECORD).next_power_of_two();
 /// Per-CPU slabs reserved: `mm_cid`s and CPU numbers at or above this use thread caches.
@@ -292,31 +294,28 @@ macro_rules! rseq_op {
     }};
 }
 
-/// Pop: the three branches (the loaded list, else the other list, else the run of never-used
-/// blocks) end at the one commit store, the section's last instruction: r9 the word to write,
-/// rcx its new value, rdx the block (r8 holds `sel`, then the mask of a packed word's address;
-/// r10 holds `step`). The loaded list is the fast path, one taken branch to the pop at 22.
+/// Pop: the three branches (`list[0]`, else `list[1]`, else the run of never-used blocks)
+/// end at the one commit store, the section's last instruction: r9 the word to write, rcx
+/// its new value, rdx the block (r8 holds the mask of a packed word's address; r10 holds
+/// `step`). `list[0]` is the fast path, one taken branch to the pop at 22.
 macro_rules! pop_asm {
     ($seg:literal $area:expr, $index:expr, $base:expr, $size:expr) => {{
         let p: usize;
         // `step` moves a run word to its next block and one fewer left.
         let step = ($size as usize).wrapping_sub(1 << 48);
         let s = rseq_op!($seg $area, $index, $base;
-            "mov r8, qword ptr [rax + 16]",
-            "lea r9, [rax + 8*r8]",
-            "mov rcx, qword ptr [r9]",
+            "mov rcx, qword ptr [rax]",
+            "mov r9, rax",
             "mov r8, 0xffffffffffff",
             "test rcx, rcx",
             "jnz 22f",
-            // The loaded list is empty: the other one, rax + 8 * (1 - sel) = 2 * rax + 8 - r9.
-            "lea rcx, [rax + rax + 8]",
-            "sub rcx, r9",
-            "mov r9, rcx",
+            // list[0] is empty: list[1].
+            "lea r9, [rax + 8]",
             "mov rcx, qword ptr [r9]",
             "test rcx, rcx",
             "jnz 22f",
             // Both lists are empty: the run.
-            "lea r9, [rax + 24]",
+            "lea r9, [rax + 16]",
             "mov rcx, qword ptr [r9]",
             "mov rdx, rcx",
             "shr rdx, 48",
@@ -345,8 +344,6 @@ macro_rules! push_asm {
     ($seg:literal $area:expr, $index:expr, $base:expr, $v:expr, $cap:expr) => {{
         let v: usize = $v;
         rseq_op!($seg $area, $index, $base;
-            "mov r8, qword ptr [rax + 16]",
-            "lea rax, [rax + 8*r8]",
             "mov rcx, qword ptr [rax]",
             "mov r8, 0xffff000000000000",
             "cmp rcx, r10",
@@ -397,7 +394,7 @@ unsafe fn bump_rseq(area: *mut u8, index: usize, base: usize, size: usize) -> (u
     // SAFETY: as in pop_rseq; the run's address plus its size stays below 2^48.
     let s = unsafe {
         rseq_op!("" area, index, base;
-            "mov rcx, qword ptr [rax + 24]",
+            "mov rcx, qword ptr [rax + 16]",
             "mov rdx, rcx",
             "shr rdx, 48",
             "jz 9f",
@@ -405,7 +402,7 @@ unsafe fn bump_rseq(area: *mut u8, index: usize, base: usize, size: usize) -> (u
             "shl rdx, 16",
             "shr rdx, 16",
             "add rcx, {step}",
-            "mov qword ptr [rax + 24], rcx";
+            "mov qword ptr [rax + 16], rcx";
             step = in(reg) step, out("rcx") _, out("rdx") p,)
     };
     (s, p)
@@ -471,7 +468,7 @@ pub fn pop_fast(c: usize) -> Option<usize> {
     (s == DONE).then_some(p)
 }
 
-/// [`push`]'s fast path: true if `p` went onto this CPU's loaded list; false for everything
+/// [`push`]'s fast path: true if `p` went onto this CPU's `list[0]`; false for everything
 /// else (the list is full, ...), which the caller hands to its cold path.
 #[inline(always)]
 pub fn push_fast(c: usize, p: usize) -> bool {
@@ -494,7 +491,7 @@ fn fast_config() -> Option<(usize, isize, usize)> {
     Some((slabs, r as u32 as i32 as isize, r >> 32))
 }
 
-/// Pops a free block of class `c` from this thread's cache: from the loaded list, else from
+/// Pops a free block of class `c` from this thread's cache: from `list[0]`, else from
 /// the other list, else the next block of the run of never-used blocks (freed blocks first:
 /// their pages are resident already).
 #[inline(always)]
@@ -605,10 +602,9 @@ mod plain {
     pub fn pop(r: usize, size: usize) -> Outcome {
         // SAFETY: this thread's slab record; listed blocks are class blocks.
         unsafe {
-            let sel = *word(r, SEL);
-            let mut l = word(r, LIST0 + 8 * sel);
+            let mut l = word(r, LIST0);
             if *l == 0 {
-                l = word(r, LIST0 + 8 * (1 - sel));
+                l = word(r, LIST1);
             }
             let p = addr(*l);
             if p == 0 {
@@ -622,7 +618,7 @@ mod plain {
     pub fn push(r: usize, p: usize, cap: usize) -> Outcome {
         // SAFETY: as in pop; p is the caller's block.
         unsafe {
-            let l = word(r, LIST0 + 8 * *word(r, SEL));
+            let l = word(r, LIST0);
             if count(*l) >= cap {
                 return Outcome::Bounce;
             }
@@ -707,7 +703,7 @@ pub fn cached(c: usize) -> usize {
             let r = slabs + i * SLAB_BYTES + c * RECORD;
             // SAFETY: words of a record in the reservation; racy reads (a statistic).
             let w = |off: usize| unsafe { core::ptr::read_volatile((r + off) as *const usize) };
-            count(w(LIST0)) + count(w(LIST0 + 8)) + count(w(BUMP))
+            count(w(LIST0)) + count(w(LIST1)) + count(w(BUMP))
         })
         .sum()
 }
