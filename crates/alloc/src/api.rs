@@ -157,6 +157,7 @@ fn refill(c: usize) -> *mut u8 {
     if o == Outcome::NoCache {
         return alone(c);
     }
+    cache::watch_exit();
     let size = size_of(c);
     for _ in 0..4 {
         let Some([l0, l1, bump, _]) = cache::read(c) else {
@@ -225,6 +226,7 @@ fn spill(c: usize, p: usize) {
         return;
     }
     if o != Outcome::NoCache {
+        cache::watch_exit();
         for _ in 0..4 {
             let Some([l0, l1, _, _]) = cache::read(c) else {
                 break;
@@ -269,6 +271,32 @@ fn give_back(c: usize, first: usize, n: usize) {
         }
     }
     central::push_batch(c, first, n);
+}
+
+/// Hands the two lists of every class in the record this thread runs on to the shared
+/// stacks (at the exit of a thread on per-CPU caches, see `cache::watch_exit`). The run of
+/// never-used blocks stays: it is address space, not memory, and the record's next user
+/// takes it.
+pub(crate) fn flush_lists() {
+    use crate::cache::{addr, count, LIST0, LIST1};
+    for c in 0..CLASSES {
+        for off in [LIST0, LIST1] {
+            // A swap fails only if this thread moved between the read and the swap.
+            for _ in 0..4 {
+                let Some(w) = cache::read(c) else {
+                    return;
+                };
+                let l = w[off / 8];
+                if addr(l) == 0 {
+                    break;
+                }
+                if cache::swap(c, off, l, 0) == Outcome::Done(0) {
+                    give_back(c, addr(l), count(l));
+                    break;
+                }
+            }
+        }
+    }
 }
 
 /// Empties a thread's slab into the shared stacks (at thread exit).

@@ -53,6 +53,10 @@
 //!   gets a slab of its own on first use (the same operations without sequences), flushed
 //!   to the shared stacks by a `pthread_key` destructor when the thread exits.
 //!
+//! When a thread that has taken a slow path exits, its key destructor hands the two lists of
+//! every class in the record it exits on to the shared stacks ([`watch_exit`]): records are
+//! indexed by `mm_cid`, and the next thread may get another one.
+//!
 //! `SPINDLE_ALLOC_CACHE=thread` forces thread caches. During the process's first allocation
 //! (the mode being decided) allocations take the shared stacks directly.
 
@@ -183,6 +187,25 @@ thread_local! {
     static THREAD_SLAB: Cell<usize> = const { Cell::new(0) };
     /// Set while this thread's rseq area is being registered (own mode).
     static REGISTERING: Cell<bool> = const { Cell::new(false) };
+    /// Whether this thread's exit has been arranged to flush its record's lists (glibc mode).
+    static EXIT_WATCHED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Per-CPU caches on glibc's registration: arranges, once per thread, that when it exits the
+/// two lists of every class in the record it then runs on go to the shared stacks
+/// (`flush_lists`). A slab is indexed by `mm_cid`, and the next thread may well get another
+/// id: without this, the blocks the exiting thread freed would sit in a record nobody uses
+/// while that thread carves fresh memory. Called from the slow paths, so the fast paths pay
+/// nothing; a thread that never leaves them is not watched (it has carved nothing either).
+pub fn watch_exit() {
+    if HOT.mode.load(Relaxed) != GLIBC {
+        return;
+    }
+    // Set before the key is set: pthread_setspecific may allocate, and land here again.
+    if EXIT_WATCHED.try_with(|w| w.replace(true)).unwrap_or(true) {
+        return;
+    }
+    exit::watch_lists();
 }
 
 /// The rseq area of this thread in the current mode, or why there is none.
@@ -722,7 +745,10 @@ mod exit {
     }
 
     const NO_KEY: u32 = u32::MAX;
+    /// The key whose destructor flushes a thread slab.
     static KEY: AtomicU32 = AtomicU32::new(NO_KEY);
+    /// The key whose destructor flushes the lists of the per-CPU record a thread exits on.
+    static LISTS_KEY: AtomicU32 = AtomicU32::new(NO_KEY);
 
     unsafe extern "C" fn flush(slab: *mut c_void) {
         let _ = super::THREAD_SLAB.try_with(|c| c.set(1));
@@ -731,22 +757,38 @@ mod exit {
         unsafe { crate::os::release(slab.cast(), super::SLAB_BYTES) };
     }
 
-    /// Arranges for `slab` to be flushed when this thread exits; false if it cannot.
-    pub fn watch(slab: usize) -> bool {
-        let mut key = KEY.load(Acquire);
-        if key == NO_KEY {
-            let mut k = 0u32;
+    unsafe extern "C" fn flush_lists(_: *mut c_void) {
+        crate::flush_lists();
+    }
+
+    /// Sets this thread's value of the key in `key` (created on first use, with `dtor`) to
+    /// `value` (not null: glibc calls the destructor only for non-null values); false if it
+    /// cannot.
+    fn set(key: &AtomicU32, dtor: unsafe extern "C" fn(*mut c_void), value: usize) -> bool {
+        let mut k = key.load(Acquire);
+        if k == NO_KEY {
+            let mut new = 0u32;
             // SAFETY: creates a key with our destructor; racing threads may each create one
             // (a few keys wasted, all working).
-            if unsafe { pthread_key_create(&mut k, Some(flush)) } != 0 {
+            if unsafe { pthread_key_create(&mut new, Some(dtor)) } != 0 {
                 return false;
             }
-            key = match KEY.compare_exchange(NO_KEY, k, AcqRel, Acquire) {
-                Ok(_) => k,
+            k = match key.compare_exchange(NO_KEY, new, AcqRel, Acquire) {
+                Ok(_) => new,
                 Err(other) => other,
             };
         }
-        // SAFETY: a valid key; the value is this thread's slab.
-        unsafe { pthread_setspecific(key, slab as *const c_void) == 0 }
+        // SAFETY: a valid key.
+        unsafe { pthread_setspecific(k, value as *const c_void) == 0 }
+    }
+
+    /// Arranges for `slab` to be flushed when this thread exits; false if it cannot.
+    pub fn watch(slab: usize) -> bool {
+        set(&KEY, flush, slab)
+    }
+
+    /// Arranges for the lists of the record this thread exits on to be flushed.
+    pub fn watch_lists() {
+        set(&LISTS_KEY, flush_lists, 1);
     }
 }

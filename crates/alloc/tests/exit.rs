@@ -1,0 +1,38 @@
+//! A thread's exit hands the blocks it freed to the shared stacks, so that threads that come
+//! later (another `mm_cid`, another CPU) reuse them instead of carving fresh memory. Its own
+//! binary: no other test allocates meanwhile.
+
+use spindle_alloc::{classes, SpindleAlloc};
+
+#[global_allocator]
+static A: SpindleAlloc = SpindleAlloc;
+
+#[test]
+fn an_exiting_thread_leaves_its_freed_blocks_to_everyone() {
+    const N: usize = 300;
+    let size = 3000;
+    let c = classes::class_of(size);
+    // Warm the allocator up (mode, region) on this thread.
+    drop(vec![0u8; size]);
+    let shared_before = spindle_alloc::stats().classes[c].shared;
+    std::thread::spawn(move || {
+        let v: Vec<Vec<u8>> = (0..N).map(|i| vec![i as u8; size]).collect();
+        for (i, b) in v.iter().enumerate() {
+            assert!(b.iter().all(|&x| x == i as u8));
+        }
+        drop(v);
+    })
+    .join()
+    .unwrap();
+    let mode = spindle_alloc::cache_mode();
+    let s = spindle_alloc::stats().classes[c];
+    eprintln!("cache mode: {mode}; class {c}: {s:?}");
+    if mode.contains("own registration") {
+        // The own registration's thread-local area is gone before key destructors run.
+        return;
+    }
+    // Every block the thread freed is in the shared stack, none in a cache's lists (a cache
+    // keeps up to twice its capacity otherwise: more than N / 2 of them here).
+    assert!(2 * classes::cache_capacity(c) < N);
+    assert!(s.shared >= shared_before + N, "{s:?}");
+}
