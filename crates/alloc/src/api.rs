@@ -149,7 +149,7 @@ fn alloc_class(c: usize) -> *mut u8 {
 #[cold]
 #[inline(never)]
 fn refill(c: usize) -> *mut u8 {
-    use crate::cache::{addr, count, pack, BUMP, LIST0};
+    use crate::cache::{addr, count, info, pack, BUMP, INFO, LIST0};
     let o = cache::pop(c);
     if let Outcome::Done(p) = o {
         return p as *mut u8;
@@ -160,9 +160,13 @@ fn refill(c: usize) -> *mut u8 {
     cache::watch_exit();
     let size = size_of(c);
     for _ in 0..4 {
-        let Some([l0, l1, bump, _]) = cache::read(c) else {
+        let Some([l0, l1, bump, i]) = cache::read(c) else {
             break;
         };
+        if i == 0 {
+            // A record this class has not used yet (see `cache::info`).
+            cache::swap(c, INFO, 0, info(c));
+        }
         // (Blocks in a list or the run: this thread moved since its pop; pop again.)
         if addr(l0) == 0 && addr(l1) == 0 && count(bump) == 0 {
             if let Some((first, n)) = central::pop_batch(c) {
@@ -220,7 +224,7 @@ const DISCARD_ABOVE: usize = 1 << 20;
 #[cold]
 #[inline(never)]
 fn spill(c: usize, p: usize) {
-    use crate::cache::{addr, count, LIST0, LIST1};
+    use crate::cache::{addr, count, info, INFO, LIST0, LIST1};
     let o = cache::push(c, p);
     if o == Outcome::Done(0) {
         return;
@@ -228,9 +232,13 @@ fn spill(c: usize, p: usize) {
     if o != Outcome::NoCache {
         cache::watch_exit();
         for _ in 0..4 {
-            let Some([l0, l1, _, _]) = cache::read(c) else {
+            let Some([l0, l1, _, i]) = cache::read(c) else {
                 break;
             };
+            if i == 0 {
+                // A record this class has not used yet (see `cache::info`).
+                cache::swap(c, INFO, 0, info(c));
+            }
             if count(l0) >= cache_capacity(c) {
                 if addr(l1) != 0 {
                     // Taken, so ours: to the shared stack.

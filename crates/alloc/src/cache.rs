@@ -9,8 +9,11 @@
 //!   in the same form (the next block, how many follow), so a pop installs it as it is.
 //!   Frees go to `list[0]`; allocations take from `list[0]`, else from `list[1]`. (A fixed
 //!   loaded list, rather than a selector word, spares both fast paths a dependent load.)
-//! - `bump`: a run of never-used blocks carved from the class's range, as (address, count);
-//! - a word of padding (a record's size is a power of two).
+//! - `bump`: a run of never-used blocks carved from the class's span, as (address, count);
+//! - `info`: the class's cache capacity in the high 16 bits and its block size in the low 32
+//!   ([`info`]), so that the fast paths find both in the record's own cache line, not in
+//!   tables of their own. A fresh record holds 0 there, which the fast paths read as full and
+//!   without a run: the slow paths fill it in first ([`init_record`]).
 //!
 //! Per-CPU slabs sit side by side in one `MAP_NORESERVE` reservation, indexed by the thread's
 //! `mm_cid` (dense ids, Linux 6.3+) or `cpu_id` from its `struct rseq`.
@@ -19,7 +22,7 @@
 //! ```text
 //! pop(c):       l = list[0], or list[1] if that is empty, else bump(c)
 //!               p = l.addr; l = p.link                              (commit)
-//! push(c, p):   w = list[0]; w.count >= cap(c): full
+//! push(c, p):   w = list[0]; w >= info: full (w.count >= cap(c), or info unset)
 //!               p.link = w;  list[0] = (p, w.count + 1)             (commit)
 //! bump(c):      w = bump; w.count == 0: empty
 //!               bump = (w.addr + size, w.count - 1)  → w.addr      (commit)
@@ -77,6 +80,15 @@ pub const LIST0: usize = 0;
 pub const LIST1: usize = 8;
 /// See [`LIST0`].
 pub const BUMP: usize = 16;
+/// See [`LIST0`].
+pub const INFO: usize = 24;
+
+/// The `info` word of class `c`'s records: its capacity in the high 16 bits, its block size
+/// in the low 32. A list word (address below 2^48, count above) is at or above it exactly
+/// when the list is full: at the capacity, a list's address is far above any block size.
+pub const fn info(c: usize) -> usize {
+    (cache_capacity(c) << 48) | size_of(c)
+}
 /// Bytes of one slab: a power of two (the index becomes a shift), at least the records.
 pub const SLAB_BYTES: usize = (CLASSES * RECORD).next_power_of_two();
 /// Per-CPU slabs reserved: `mm_cid`s and CPU numbers at or above this use thread caches.
@@ -319,13 +331,12 @@ macro_rules! rseq_op {
 
 /// Pop: the three branches (`list[0]`, else `list[1]`, else the run of never-used blocks)
 /// end at the one commit store, the section's last instruction: r9 the word to write, rcx
-/// its new value, rdx the block (r8 holds the mask of a packed word's address; r10 holds
-/// `step`). `list[0]` is the fast path, one taken branch to the pop at 22.
+/// its new value, rdx the block (r8 holds the mask of a packed word's address). `list[0]` is
+/// the fast path, one taken branch to the pop at 22. The run moves to its next block by the
+/// block size from `info` (0 there: not filled in yet, a bounce) and one fewer left.
 macro_rules! pop_asm {
-    ($seg:literal $area:expr, $index:expr, $base:expr, $size:expr) => {{
+    ($seg:literal $area:expr, $index:expr, $base:expr) => {{
         let p: usize;
-        // `step` moves a run word to its next block and one fewer left.
-        let step = ($size as usize).wrapping_sub(1 << 48);
         let s = rseq_op!($seg $area, $index, $base;
             "mov rcx, qword ptr [rax]",
             "mov r9, rax",
@@ -343,9 +354,14 @@ macro_rules! pop_asm {
             "mov rdx, rcx",
             "shr rdx, 48",
             "jz 9f",
+            "mov r10d, dword ptr [rax + 24]",
+            "test r10d, r10d",
+            "jz 9f",
             "mov rdx, rcx",
             "and rdx, r8",
             "add rcx, r10",
+            "mov r10, 0x1000000000000",
+            "sub rcx, r10",
             "jmp 21f",
             "22:",
             "mov rdx, rcx",
@@ -353,7 +369,7 @@ macro_rules! pop_asm {
             "mov rcx, qword ptr [rdx]",
             "21:",
             "mov qword ptr [r9], rcx";
-            in("r10") step, out("rcx") _, out("rdx") p, out("r8") _, out("r9") _,);
+            out("r10") _, out("rcx") _, out("rdx") p, out("r8") _, out("r9") _,);
         (s, p)
     }};
 }
@@ -361,21 +377,20 @@ macro_rules! pop_asm {
 /// Push: the link store (the list as it was) goes into the caller's block, then the commit:
 /// the list word with its count's bits kept, plus `v + 2^48` (one more block, and `v` as the
 /// address, since the old word's address bits were masked off).
-/// A list is full when its word is at or above `cap << 48`, in r10 (its address is below
-/// 2^48).
+/// A list is full when its word is at or above the record's `info` (see [`info`]).
 macro_rules! push_asm {
-    ($seg:literal $area:expr, $index:expr, $base:expr, $v:expr, $cap:expr) => {{
+    ($seg:literal $area:expr, $index:expr, $base:expr, $v:expr) => {{
         let v: usize = $v;
         rseq_op!($seg $area, $index, $base;
             "mov rcx, qword ptr [rax]",
             "mov r8, 0xffff000000000000",
-            "cmp rcx, r10",
+            "cmp rcx, qword ptr [rax + 24]",
             "jae 9f",
             "mov qword ptr [{v}], rcx",
             "and r8, rcx",
             "add r8, {one_v}",
             "mov qword ptr [rax], r8";
-            v = in(reg) v, one_v = in(reg) v + (1 << 48), in("r10") ($cap as usize) << 48,
+            v = in(reg) v, one_v = in(reg) v + (1 << 48),
             out("rcx") _, out("r8") _,)
     }};
 }
@@ -387,27 +402,27 @@ macro_rules! push_asm {
 /// `__rseq_offset`): the area is reached through the `fs` segment, with no load of the
 /// thread pointer first.
 #[inline(always)]
-unsafe fn pop_rseq(area: *mut u8, index: usize, base: usize, size: usize) -> (usize, usize) {
+unsafe fn pop_rseq(area: *mut u8, index: usize, base: usize) -> (usize, usize) {
     // SAFETY: the module's protocol.
-    unsafe { pop_asm!("" area, index, base, size) }
+    unsafe { pop_asm!("" area, index, base) }
 }
 
 #[inline(always)]
-unsafe fn pop_rseq_fs(off: isize, index: usize, base: usize, size: usize) -> (usize, usize) {
+unsafe fn pop_rseq_fs(off: isize, index: usize, base: usize) -> (usize, usize) {
     // SAFETY: as in pop_rseq.
-    unsafe { pop_asm!("fs:" off, index, base, size) }
+    unsafe { pop_asm!("fs:" off, index, base) }
 }
 
 #[inline(always)]
-unsafe fn push_rseq(area: *mut u8, index: usize, base: usize, v: usize, cap: usize) -> usize {
+unsafe fn push_rseq(area: *mut u8, index: usize, base: usize, v: usize) -> usize {
     // SAFETY: as in pop_rseq; v is the caller's block.
-    unsafe { push_asm!("" area, index, base, v, cap) }
+    unsafe { push_asm!("" area, index, base, v) }
 }
 
 #[inline(always)]
-unsafe fn push_rseq_fs(off: isize, index: usize, base: usize, v: usize, cap: usize) -> usize {
+unsafe fn push_rseq_fs(off: isize, index: usize, base: usize, v: usize) -> usize {
     // SAFETY: as in push_rseq.
-    unsafe { push_asm!("fs:" off, index, base, v, cap) }
+    unsafe { push_asm!("fs:" off, index, base, v) }
 }
 
 #[inline(always)]
@@ -487,7 +502,7 @@ fn outcome(status: usize, v: usize, retry: impl FnOnce() -> Outcome) -> Outcome 
 pub fn pop_fast(c: usize) -> Option<usize> {
     let (slabs, off, index) = fast_config()?;
     // SAFETY: glibc's registered area of this thread at `off`; the slabs' geometry.
-    let (s, p) = unsafe { pop_rseq_fs(off, index, slabs + c * RECORD, size_of(c)) };
+    let (s, p) = unsafe { pop_rseq_fs(off, index, slabs + c * RECORD) };
     (s == DONE).then_some(p)
 }
 
@@ -499,7 +514,7 @@ pub fn push_fast(c: usize, p: usize) -> bool {
         return false;
     };
     // SAFETY: as in pop_fast.
-    let s = unsafe { push_rseq_fs(off, index, slabs + c * RECORD, p, cache_capacity(c)) };
+    let s = unsafe { push_rseq_fs(off, index, slabs + c * RECORD, p) };
     s == DONE
 }
 
@@ -523,7 +538,7 @@ pub fn pop(c: usize) -> Outcome {
         Target::Cpu(a) => {
             let base = HOT.slabs.load(Relaxed) + c * RECORD;
             // SAFETY: a registered area of this thread; the slabs' geometry.
-            let (s, p) = unsafe { pop_rseq(a, HOT.index_field.load(Relaxed), base, size_of(c)) };
+            let (s, p) = unsafe { pop_rseq(a, HOT.index_field.load(Relaxed), base) };
             outcome(s, p, || on_thread_slab(|r| plain::pop(r, size_of(c)), c))
         }
         Target::Thread(slab) => plain::pop(slab + c * RECORD, size_of(c)),
@@ -539,7 +554,7 @@ pub fn push(c: usize, p: usize) -> Outcome {
         Target::Cpu(a) => {
             let base = HOT.slabs.load(Relaxed) + c * RECORD;
             // SAFETY: as in pop.
-            let s = unsafe { push_rseq(a, HOT.index_field.load(Relaxed), base, p, cap) };
+            let s = unsafe { push_rseq(a, HOT.index_field.load(Relaxed), base, p) };
             outcome(s, 0, || on_thread_slab(|r| plain::push(r, p, cap), c))
         }
         Target::Thread(slab) => plain::push(slab + c * RECORD, p, cap),
