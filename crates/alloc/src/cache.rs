@@ -13,7 +13,7 @@
 //! - `info`: the class's cache capacity in the high 16 bits and its block size in the low 32
 //!   ([`info`]), so that the fast paths find both in the record's own cache line, not in
 //!   tables of their own. A fresh record holds 0 there, which the fast paths read as full and
-//!   without a run: the slow paths fill it in first ([`init_record`]).
+//!   without a run: the slow paths (allocation refill, free spill) fill it in first.
 //!
 //! Per-CPU slabs sit side by side in one `MAP_NORESERVE` reservation, indexed by the thread's
 //! `mm_cid` (dense ids, Linux 6.3+) or `cpu_id` from its `struct rseq`.
