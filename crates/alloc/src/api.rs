@@ -167,7 +167,8 @@ fn refill(c: usize) -> *mut u8 {
             // A record this class has not used yet (see `cache::info`).
             cache::swap(c, INFO, 0, info(c));
         }
-        // (Blocks in a list or the run: this thread moved since its pop; pop again.)
+        // (Blocks in a list or the run: this thread moved, or another one on this CPU freed,
+        // since its pop; pop again.)
         if addr(l0) == 0 && addr(l1) == 0 && count(bump) == 0 {
             if let Some((first, n)) = central::pop_batch(c) {
                 // The rest of the batch, already in a list word's form.
@@ -289,7 +290,8 @@ pub(crate) fn flush_lists() {
     use crate::cache::{addr, count, LIST0, LIST1};
     for c in 0..CLASSES {
         for off in [LIST0, LIST1] {
-            // A swap fails only if this thread moved between the read and the swap.
+            // A swap fails only if the word changed between the read and the swap (this
+            // thread moved, or another one on this CPU used the record meanwhile).
             for _ in 0..4 {
                 let Some(w) = cache::read(c) else {
                     return;

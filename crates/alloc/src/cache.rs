@@ -20,12 +20,12 @@
 //!
 //! # Operations: every one constant time, every one a single committing store
 //! ```text
-//! pop(c):       l = list[0], or list[1] if that is empty, else bump(c)
+//! pop(c):       l = list[0], or list[1] if that is empty, else the run (below)
 //!               p = l.addr; l = p.link                              (commit)
+//!   the run:    w = bump; w.count == 0 or info unset: empty
+//!               bump = (w.addr + info.size, w.count - 1)  → w.addr (commit)
 //! push(c, p):   w = list[0]; w >= info: full (w.count >= cap(c), or info unset)
 //!               p.link = w;  list[0] = (p, w.count + 1)             (commit)
-//! bump(c):      w = bump; w.count == 0: empty
-//!               bump = (w.addr + size, w.count - 1)  → w.addr      (commit)
 //! swap(c, off, old, new): word[off] == old: word[off] = new        (commit)
 //! ```
 //! Each runs as a restartable sequence: the kernel restarts it from the top if the thread is
@@ -56,9 +56,10 @@
 //!   gets a slab of its own on first use (the same operations without sequences), flushed
 //!   to the shared stacks by a `pthread_key` destructor when the thread exits.
 //!
-//! When a thread that has taken a slow path exits, its key destructor hands the two lists of
-//! every class in the record it exits on to the shared stacks ([`watch_exit`]): records are
-//! indexed by `mm_cid`, and the next thread may get another one.
+//! On glibc's registration, when a thread that has taken a slow path exits, its key
+//! destructor hands the two lists of every class in the record it exits on to the shared
+//! stacks ([`watch_exit`]): records are indexed by `mm_cid`, and the next thread may get
+//! another one.
 //!
 //! `SPINDLE_ALLOC_CACHE=thread` forces thread caches. During the process's first allocation
 //! (the mode being decided) allocations take the shared stacks directly.
@@ -208,7 +209,9 @@ thread_local! {
 /// (`flush_lists`). A slab is indexed by `mm_cid`, and the next thread may well get another
 /// id: without this, the blocks the exiting thread freed would sit in a record nobody uses
 /// while that thread carves fresh memory. Called from the slow paths, so the fast paths pay
-/// nothing; a thread that never leaves them is not watched (it has carved nothing either).
+/// nothing; a thread that never leaves them is not watched (it carved nothing, and at most
+/// one list per class of its frees stays behind). The own registration is not watched: its
+/// thread-local area is gone before key destructors run. Thread caches have their own flush.
 pub fn watch_exit() {
     if HOT.mode.load(Relaxed) != GLIBC {
         return;
@@ -426,27 +429,6 @@ unsafe fn push_rseq_fs(off: isize, index: usize, base: usize, v: usize) -> usize
 }
 
 #[inline(always)]
-unsafe fn bump_rseq(area: *mut u8, index: usize, base: usize, size: usize) -> (usize, usize) {
-    let p: usize;
-    let step = size.wrapping_sub(1 << 48);
-    // SAFETY: as in pop_rseq; the run's address plus its size stays below 2^48.
-    let s = unsafe {
-        rseq_op!("" area, index, base;
-            "mov rcx, qword ptr [rax + 16]",
-            "mov rdx, rcx",
-            "shr rdx, 48",
-            "jz 9f",
-            "mov rdx, rcx",
-            "shl rdx, 16",
-            "shr rdx, 16",
-            "add rcx, {step}",
-            "mov qword ptr [rax + 16], rcx";
-            step = in(reg) step, out("rcx") _, out("rdx") p,)
-    };
-    (s, p)
-}
-
-#[inline(always)]
 unsafe fn swap_rseq(
     area: *mut u8,
     index: usize,
@@ -558,21 +540,6 @@ pub fn push(c: usize, p: usize) -> Outcome {
             outcome(s, 0, || on_thread_slab(|r| plain::push(r, p, cap), c))
         }
         Target::Thread(slab) => plain::push(slab + c * RECORD, p, cap),
-        Target::None => Outcome::NoCache,
-    }
-}
-
-/// Takes the next block of the cache's run of never-used blocks of class `c`.
-pub fn bump(c: usize) -> Outcome {
-    let size = size_of(c);
-    match target() {
-        Target::Cpu(a) => {
-            let base = HOT.slabs.load(Relaxed) + c * RECORD;
-            // SAFETY: as in pop.
-            let (s, p) = unsafe { bump_rseq(a, HOT.index_field.load(Relaxed), base, size) };
-            outcome(s, p, || on_thread_slab(|r| plain::bump(r, size), c))
-        }
-        Target::Thread(slab) => plain::bump(slab + c * RECORD, size),
         Target::None => Outcome::NoCache,
     }
 }

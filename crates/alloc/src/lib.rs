@@ -20,8 +20,8 @@
 //!   each CPU has, per class, two free lists and a run of never-used blocks, popped and
 //!   pushed by restartable sequences: no atomic instruction, no lock, no thread-local
 //!   storage on glibc. Without rseq each thread has a cache of its own instead
-//!   ([`cache_mode`] says which runs). An exiting thread hands its CPU record's lists to
-//!   the shared stacks.
+//!   ([`cache_mode`] says which runs). An exiting thread (on glibc's registration, after a
+//!   slow path) hands its CPU record's lists to the shared stacks.
 //! - **Shared stacks and spans** ([`central`]): caches trade whole lists with a per-class
 //!   lock-free stack, in O(1); new blocks come from the class's span (64 KiB chunks of the
 //!   region), carved by address arithmetic so that never-used blocks' pages stay untouched.
