@@ -22,7 +22,8 @@
 //! second pass of the same work in the same child with no call timed: two `rdtsc` around
 //! every call cost about as much as a fast allocation, and would hide the allocators'
 //! differences behind the timer's. Each pass's wall time runs from the moment all its
-//! threads have started to the last one's end: spawning them is not the allocator's work.
+//! threads (consumers included) have started to the last one's end: spawning and ending
+//! threads is not the allocators' work.
 //! *Slow calls* counts calls above the cut-off, less, for
 //! spindle-alloc, those that made a system call (which only spindle-alloc reports); the
 //! *timer* variant counts the same for an empty timed section on the same workload, the
@@ -366,11 +367,23 @@ fn replay(
 }
 
 /// One producer–consumer pair: `n` blocks allocated here, freed there.
-fn handoff(a: &(dyn GlobalAlloc + Sync), n: usize, seed: u64, tp: &mut Times, tc: &mut Times) {
+/// Its start and end, from the moment both threads (and every other pair of the pass) have
+/// passed `gate`; None if the pass was called off.
+fn handoff(
+    a: &(dyn GlobalAlloc + Sync),
+    n: usize,
+    seed: u64,
+    tp: &mut Times,
+    tc: &mut Times,
+    gate: &Gate,
+) -> Option<(Instant, Instant)> {
     let q = crossbeam_queue::ArrayQueue::<(usize, usize)>::new(256);
-    std::thread::scope(|s| {
+    let start = std::thread::scope(|s| {
         let q = &q;
-        s.spawn(move || {
+        let consumer = std::thread::Builder::new().spawn_scoped(s, move || {
+            if !gate.wait() {
+                return;
+            }
             let mut got = 0;
             while got < n {
                 match q.pop() {
@@ -382,6 +395,14 @@ fn handoff(a: &(dyn GlobalAlloc + Sync), n: usize, seed: u64, tp: &mut Times, tc
                 }
             }
         });
+        if let Err(e) = consumer {
+            gate.off.store(true, Release);
+            panic!("could not start a consumer thread: {e}");
+        }
+        if !gate.wait() {
+            return None;
+        }
+        let start = Instant::now();
         let mut rng = Rng(seed | 1);
         for i in 0..n {
             let size = 1 + (rng.next() % 512) as usize;
@@ -395,9 +416,11 @@ fn handoff(a: &(dyn GlobalAlloc + Sync), n: usize, seed: u64, tp: &mut Times, tc
                 std::thread::yield_now();
             }
         }
-    });
+        Some(start)
+    })?;
     // Live bytes peak at a full queue: 256 blocks of 256.5 B on average, and one in hand.
     tp.peak_live = 257 * 257;
+    Some((start, Instant::now()))
 }
 
 /// What a child sends back.
@@ -462,10 +485,42 @@ fn status_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// A start line for `n` threads that a failed spawn can call off (a `Barrier` would leave
+/// the threads already started waiting forever).
+struct Gate {
+    n: usize,
+    ready: std::sync::atomic::AtomicUsize,
+    off: std::sync::atomic::AtomicBool,
+}
+
+impl Gate {
+    fn new(n: usize) -> Gate {
+        Gate {
+            n,
+            ready: 0.into(),
+            off: false.into(),
+        }
+    }
+
+    /// Waits until all `n` have arrived (true) or the start was called off (false).
+    fn wait(&self) -> bool {
+        self.ready.fetch_add(1, AcqRel);
+        while self.ready.load(Acquire) < self.n {
+            if self.off.load(Acquire) {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+        true
+    }
+}
+
 /// One pass of `work`: a thread per table (and, for handoff, its consumer). Returns its wall
-/// time: from the moment every thread has started (a barrier) to the last one's end, so
-/// that creating the threads, which takes as long as thousands of calls and varies from one
-/// pass to the next, is not counted as the allocator's.
+/// time: from the moment every thread, consumers included, has started (a gate) to the last
+/// one's end, so that creating the threads, which takes as long as thousands of calls and
+/// varies from one pass to the next, is not counted as the allocator's. Ending a thread
+/// (where spindle-alloc hands its cached lists to the shared stacks, and mimalloc abandons
+/// its heap) is not counted either.
 fn pass(
     a: &(dyn GlobalAlloc + Sync),
     work: Work<'_>,
@@ -473,31 +528,49 @@ fn pass(
     times: &mut [Box<Times>],
     tables: &mut [Vec<(usize, usize)>],
 ) -> Duration {
-    let started = std::sync::Barrier::new(tables.len());
-    let started = &started;
+    let consumers = if matches!(work, Work::Handoff(_)) {
+        2
+    } else {
+        1
+    };
+    let gate = Gate::new(tables.len() * consumers);
+    let gate = &gate;
     std::thread::scope(|s| {
         let mut ts = times.iter_mut();
         let mut threads = Vec::new();
         for (k, table) in tables.iter_mut().enumerate() {
             let (t, t2) = (ts.next().expect("times"), ts.next().expect("times"));
             let seed = 0x9e37_79b9_7f4a_7c15 ^ (k as u64) << 32;
-            threads.push(s.spawn(move || {
-                started.wait();
+            let spawned = std::thread::Builder::new().spawn_scoped(s, move || {
+                if let Work::Handoff(n) = work {
+                    return handoff(a, n, seed, t, t2, gate);
+                }
+                if let Work::Random(_) = work {
+                    table.clear(); // the live blocks' list (a trace's table keeps a slot per id)
+                }
+                if !gate.wait() {
+                    return None;
+                }
                 let start = Instant::now();
                 match work {
-                    Work::Random(n) => {
-                        table.clear();
-                        random(a, n, seed, t, floor, table)
-                    }
+                    Work::Random(n) => random(a, n, seed, t, floor, table),
                     Work::Trace(tr, calls) => replay(a, tr, calls, t, table),
-                    Work::Handoff(n) => handoff(a, n, seed, t, t2),
+                    Work::Handoff(_) => unreachable!("returned above"),
                 }
-                (start, Instant::now())
-            }));
+                Some((start, Instant::now()))
+            });
+            match spawned {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    gate.off.store(true, Release);
+                    panic!("could not start a workload thread: {e}");
+                }
+            }
         }
         let spans: Vec<(Instant, Instant)> = threads
             .into_iter()
             .map(|t| t.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .map(|s| s.expect("every thread started"))
             .collect();
         let start = spans.iter().map(|s| s.0).min().expect("a thread");
         let end = spans.iter().map(|s| s.1).max().expect("a thread");
