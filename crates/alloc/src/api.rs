@@ -145,7 +145,7 @@ fn alloc_class(c: usize) -> *mut u8 {
 /// The fast path found nothing: pop again in whichever mode the caches are (the mode may be
 /// undecided, or this thread on a thread cache); if both lists and the run are empty, take a
 /// batch from the shared stack (installed as `list[0]`), else a new run from the class's
-/// range. Each step is O(1).
+/// span. Each step is O(1).
 #[cold]
 #[inline(never)]
 fn refill(c: usize) -> *mut u8 {

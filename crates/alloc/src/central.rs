@@ -3,8 +3,8 @@
 //! free *batches* that the per-CPU caches trade with.
 //!
 //! # Words
-//! - `REGION`: the base of one `MAP_NORESERVE` reservation, span aligned, with log2 of its
-//!   length in spans in the low bits (one word, claimed by CAS: 0 until the first
+//! - `REGION`: the base of one `MAP_NORESERVE` reservation, chunk aligned, with log2 of its
+//!   length in chunks in the low bits (one word, claimed by CAS: 0 until the first
 //!   allocation); the region is aligned to its length. The winner then publishes it for
 //!   readers as `REGION_BASE`, then `HOT.region` (base | log2 of the length, for `free`)
 //!   and last `REGION_BYTES` (release). A reader that sees them set (acquire) sees the base;
@@ -30,7 +30,8 @@
 //! pop():      loop { (t, g) = STACK; t == 0: empty; (n, k) = t.w1
 //!                    CAS(STACK, (t, g) → (n, g+1)) → (t, k) }                    (lin.: CAS)
 //! carve(k): loop { (s, i) = FRONTIER; i < per_span(s): CAS((s, i) → (s, i + k')) → blocks
-//!                  else: s' = NEXT_SPAN++ (or fail); SPAN_CLASS[s'] = c; CAS((s, i) → (s', 0)) }
+//!                  else: s' = NEXT_CHUNK += k (or fail); HOT.chunk_class[s'..] = c
+//!                        CAS((s, i) → (s', 0)) }
 //! ```
 //! **ABA.** `pop` reads `t.w1` from a block that another thread may have popped, used and
 //! pushed back meanwhile; the tag grows on every push and pop, so the CAS then fails (a

@@ -93,8 +93,8 @@ pub fn class_aligned(size: usize, align: usize) -> Option<usize> {
 }
 
 /// How many free blocks of class `c` each of a cache's two lists holds at most (and the
-/// most a run of never-used blocks holds): 64 KiB worth, at least 4 and at most 256 (a table
-/// load: `free` asks for it on every call).
+/// most a run of never-used blocks holds): 64 KiB worth, at least 4 and at most 256. The fast
+/// paths read it from each record's `info` word (`cache::info`), not from this table.
 #[inline]
 pub const fn cache_capacity(c: usize) -> usize {
     CAPACITIES[c & 63] as usize
