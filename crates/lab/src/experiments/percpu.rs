@@ -306,9 +306,12 @@ fn add_floor_reloaded(n: u64) -> u64 {
 /// Some CPUs rename memory (the Zen 4 guest this was written on does; whether others do is
 /// what the probe is for): when a load reads the same address register and displacement as a
 /// recent store, they hand the stored value to the load at rename, and a loop incrementing one
-/// word runs at about one add per cycle instead of one per store-to-load forwarding latency. A per-CPU add cannot have that:
-/// its slot address is computed from the slot index, which it must load afresh each time (the
-/// thread may have moved), so the register holding it is rewritten before every add.
+/// word runs at about one add per cycle instead of one per store-to-load forwarding latency. A
+/// per-CPU add cannot have the full speed: its slot address is computed from the slot index,
+/// which it must load afresh each time (the thread may have moved), so at best it runs as the
+/// floor does with its address loaded before each add (on the 2-vCPU Xeon guest measured,
+/// only when the address sits in one register and the add's operand is an immediate: see
+/// `spindle_sync::percpu`).
 fn probe_renaming() -> Renaming {
     const N: u64 = 1 << 21;
     let (mut fixed, mut reloaded) = (f64::MAX, f64::MAX);

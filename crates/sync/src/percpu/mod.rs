@@ -254,11 +254,14 @@ impl PerCpuCounter {
             if let Some(area) = rseq::area() {
                 // SAFETY: `area` is this thread's registered `struct rseq`; `cpus` holds a
                 // power-of-two number of 128-byte slots, and the section masks the index.
+                // Adding 1 (counting events, the usual call) commits with an immediate
+                // operand: see `add_rseq` for why that is faster on some cores.
                 unsafe {
-                    if self.by == Index::MmCid {
-                        add_rseq::<{ rseq::MM_CID }>(area, &self.cpus, v)
-                    } else {
-                        add_rseq::<{ rseq::CPU_ID }>(area, &self.cpus, v)
+                    match (self.by == Index::MmCid, v == 1) {
+                        (true, true) => add_rseq::<{ rseq::MM_CID }, true>(area, &self.cpus, v),
+                        (true, false) => add_rseq::<{ rseq::MM_CID }, false>(area, &self.cpus, v),
+                        (false, true) => add_rseq::<{ rseq::CPU_ID }, true>(area, &self.cpus, v),
+                        (false, false) => add_rseq::<{ rseq::CPU_ID }, false>(area, &self.cpus, v),
                     }
                 }
                 return;
@@ -287,77 +290,105 @@ impl PerCpuCounter {
     }
 }
 
-/// The counter's critical section, reading the slot index at byte `FIELD` of `struct rseq`.
+/// The counter's critical section, reading the slot index at byte `FIELD` of `struct rseq`;
+/// with `ONE`, it adds 1 as an immediate operand and ignores `v`.
 ///
 /// Written for the fewest instructions on the path that commits (on the Zen 4 guest where it
-/// was tuned, a loop of adds was bound by instructions issued, not by the slot's
-/// store-to-load chain; the lab's `percpu` experiment measures it per machine): the index
-/// field is a constant displacement (no register carries it), the index is masked rather
-/// than checked (the kernel keeps
-/// `cpu_id` and `mm_cid` below the possible CPUs, which `cpus.len()`, a power of two, covers;
-/// the mask only makes a broken kernel lose counts instead of writing out of bounds; without
-/// the kernel's count of possible CPUs the counter never gets here), the
+/// was first tuned, a loop of adds was bound by instructions issued), and so that the commit
+/// can be executed without waiting for store forwarding. The index field is a constant
+/// displacement (no register carries it); the index is masked rather than checked (the
+/// kernel keeps `cpu_id` and `mm_cid` below the possible CPUs, which `cpus.len()`, a power of
+/// two, covers; the mask only makes a broken kernel lose counts instead of writing out of
+/// bounds; without the kernel's count of possible CPUs the counter never gets here); the
 /// commit is one `add` to memory (an instruction the kernel cannot split: preempted before
 /// it, the section restarts; after it, the add happened once), and the abort handler counts
 /// aborts itself, so nothing is tested after the section.
+///
+/// The commit's form matters on Intel cores that rename memory (seen on a 2-vCPU Xeon guest of
+/// the Sapphire/Emerald Rapids generation; the lab's `percpu` experiment measures it per
+/// machine). A loop of `add qword ptr [reg], 1` runs at about a cycle per add there, the
+/// increment tracked without waiting for the previous store; with a register operand
+/// (`add [reg], reg`) or an indexed address (`add [base + index], 1`) every add waits for the
+/// previous one's store to forward, about five cycles. So the slot's address is formed in a
+/// register first, and an add of 1 uses an immediate.
 ///
 /// # Safety
 /// `area` must be this thread's registered `struct rseq`, and `cpus.len()` a power of two.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(always)]
-unsafe fn add_rseq<const FIELD: usize>(area: *mut u8, cpus: &[CachePadded<AtomicU64>], v: u64) {
+unsafe fn add_rseq<const FIELD: usize, const ONE: bool>(
+    area: *mut u8,
+    cpus: &[CachePadded<AtomicU64>],
+    v: u64,
+) {
     const _: () = assert!(std::mem::size_of::<CachePadded<AtomicU64>>() == 128);
     debug_assert!(cpus.len().is_power_of_two() && cpus.len() <= 1 << 32);
+    // The section, with the commit's operand (`{v}`) given by the caller: an immediate 1 or a
+    // register.
+    macro_rules! section {
+        ($($v:tt)+) => {
+            core::arch::asm!(
+                "2:",
+                "lea rax, [rip + 3f]",
+                "mov qword ptr [{area} + {cs}], rax",
+                "4:",
+                "mov eax, dword ptr [{area} + {field}]",
+                "and eax, {mask:e}",
+                "shl rax, 7",
+                "add rax, {base}",
+                "add qword ptr [rax], {v}",
+                "5:",
+                ".pushsection __rseq_cs, \"aw\"",
+                ".balign 32",
+                "3:",
+                ".long 0, 0",
+                ".quad 4b, 5b - 4b, 6f",
+                ".popsection",
+                ".pushsection __rseq_failure, \"ax\"",
+                ".byte 0x0f, 0xb9, 0x3d",
+                ".long {sig}",
+                "6:",
+                "lock inc qword ptr [rip + {aborts}]",
+                "jmp 2b",
+                ".popsection",
+                area = in(reg) area,
+                mask = in(reg) cpus.len() - 1,
+                base = in(reg) cpus.as_ptr(),
+                v = $($v)+,
+                field = const FIELD,
+                cs = const rseq::RSEQ_CS,
+                sig = const rseq::SIGNATURE,
+                // A rip-relative reference: right in executables and cdylibs (PIE or not,
+                // static or not); a Rust `dylib` build of this crate (`-C prefer-dynamic`)
+                // would need the address passed in a register instead.
+                aborts = sym ABORTS,
+                out("rax") _,
+                options(nostack),
+            )
+        };
+    }
     // SAFETY: the protocol in the module documentation. rax holds the descriptor address,
-    // then the slot offset. The only memory written is this thread's `rseq_cs` word, one
+    // then the slot's address. The only memory written is this thread's `rseq_cs` word, one
     // slot (an AtomicU64, updated by one aligned `add`, which no other thread writes while
     // the section runs: a relaxed atomic update), whose index the mask keeps inside `cpus`,
     // and, on abort, `ABORTS` (a `lock`ed increment, i.e. a relaxed `fetch_add`). The abort
     // handler restarts from label 2.
     unsafe {
-        core::arch::asm!(
-            "2:",
-            "lea rax, [rip + 3f]",
-            "mov qword ptr [{area} + {cs}], rax",
-            "4:",
-            "mov eax, dword ptr [{area} + {field}]",
-            "and eax, {mask:e}",
-            "shl rax, 7",
-            "add qword ptr [{base} + rax], {v}",
-            "5:",
-            ".pushsection __rseq_cs, \"aw\"",
-            ".balign 32",
-            "3:",
-            ".long 0, 0",
-            ".quad 4b, 5b - 4b, 6f",
-            ".popsection",
-            ".pushsection __rseq_failure, \"ax\"",
-            ".byte 0x0f, 0xb9, 0x3d",
-            ".long {sig}",
-            "6:",
-            "lock inc qword ptr [rip + {aborts}]",
-            "jmp 2b",
-            ".popsection",
-            area = in(reg) area,
-            mask = in(reg) cpus.len() - 1,
-            base = in(reg) cpus.as_ptr(),
-            v = in(reg) v,
-            field = const FIELD,
-            cs = const rseq::RSEQ_CS,
-            sig = const rseq::SIGNATURE,
-            // A rip-relative reference: right in executables and cdylibs (PIE or not, static
-            // or not); a Rust `dylib` build of this crate (`-C prefer-dynamic`) would need the
-            // address passed in a register instead.
-            aborts = sym ABORTS,
-            out("rax") _,
-            options(nostack),
-        );
+        if ONE {
+            section!(const 1)
+        } else {
+            section!(in(reg) v)
+        }
     }
 }
 
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 #[inline(always)]
-unsafe fn add_rseq<const FIELD: usize>(_: *mut u8, _: &[CachePadded<AtomicU64>], _: u64) {
+unsafe fn add_rseq<const FIELD: usize, const ONE: bool>(
+    _: *mut u8,
+    _: &[CachePadded<AtomicU64>],
+    _: u64,
+) {
     unreachable!("no restartable sequences on this target")
 }
 
