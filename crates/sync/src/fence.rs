@@ -64,9 +64,11 @@
 //!     loop:
 //!         if done >= target: return    // someone ran barrier `target` (or a later one)
 //!         s = state
+//!         if s & 1 == 0 and now < hold_until: yield; continue   // see "Convoys"
 //!         if s & 1 == 0 and CAS(state, s → s + 3):   // leader: started += 1, in flight
 //!             n = (s >> 1) + 1         // n >= target
 //!             issue the barrier
+//!             if callers sleep: hold_until = now + barrier duration / 2
 //!             done = n; state &= !1; finished.increment(); return
 //!         else:
 //!             key = finished.value(); if done < target: finished.wait(key)
@@ -87,9 +89,21 @@
 //! then re-checking `done`; the leader stores `done` before it increments `finished`, so a
 //! completion after the re-check changes the version the follower sleeps on
 //! ([`EventCount`]'s own guarantee). A follower that sees no leader becomes
-//! one, so some barrier with number ≥ `target` is always begun: the state's `started` field
+//! one (after a hold, which ends by the clock), so some barrier with number ≥ `target` is always begun: the state's `started` field
 //! only grows, and each leader's `n` is at least every waiting caller's `target` when it began
 //! after them.
+//!
+//! **Convoys.** Callers that call `heavy()` again as soon as it returns (a reclaimer in a
+//! loop, the lab's coalescing section) fall into step: when a barrier ends, the callers it
+//! served return while the ones it woke are still waking, the first caller back leads the next
+//! barrier at once, and everyone else arrives just after it started, so each waits for that
+//! barrier and the one after: about twice a lone caller's latency, and one barrier per two
+//! callers or fewer. So a leader whose barrier ended with callers asleep holds the next start
+//! for half a barrier's duration (a moving average of the leaders' own barriers, so the
+//! machine sets it): callers that arrive meanwhile share the next barrier. A lone caller never
+//! waits (nobody slept on its barrier). The hold only delays a leader's CAS, and ends by the
+//! clock, so the arguments above and below are unchanged; under loom there is no clock and no
+//! hold.
 //!
 //! **Linearisation.** `heavy()` takes effect at the start of the barrier it waited for.
 //!
@@ -255,6 +269,13 @@ pub(crate) struct Coalescer {
     done: AtomicU64,
     finished: EventCount,
     calls: AtomicU64,
+    /// Callers asleep on `finished` (a hint for the hold below).
+    sleepers: AtomicU64,
+    /// Until when (ns on [`Coalescer::now`]'s clock) no new barrier starts: set by a leader
+    /// whose barrier ended with callers asleep (see "Convoys").
+    hold_until: AtomicU64,
+    /// The barrier's duration (ns), a moving average over the leaders' barriers.
+    barrier_ns: AtomicU64,
 }
 
 const IN_FLIGHT: u64 = 1;
@@ -266,6 +287,32 @@ impl Coalescer {
             done: AtomicU64::new(0),
             finished: EventCount::new(),
             calls: AtomicU64::new(0),
+            sleepers: AtomicU64::new(0),
+            hold_until: AtomicU64::new(0),
+            barrier_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Nanoseconds since the first call (a clock for the hold; none under loom).
+    #[cfg(not(loom))]
+    fn now() -> u64 {
+        static ORIGIN: OnceLock<std::time::Instant> = OnceLock::new();
+        ORIGIN
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_nanos() as u64
+    }
+
+    /// Whether a leader must wait before starting a barrier (see "Convoys").
+    fn holding(&self) -> bool {
+        #[cfg(not(loom))]
+        {
+            let until = self.hold_until.load(Relaxed);
+            until != 0 && Coalescer::now() < until
+        }
+        #[cfg(loom)]
+        {
+            false
         }
     }
 
@@ -287,6 +334,10 @@ impl Coalescer {
                 return;
             }
             let s = self.state.load(SeqCst);
+            if s & IN_FLIGHT == 0 && self.holding() {
+                crate::primitives::yield_now();
+                continue;
+            }
             if s & IN_FLIGHT == 0
                 && self
                     .state
@@ -295,7 +346,23 @@ impl Coalescer {
             {
                 let n = (s >> 1) + 1;
                 debug_assert!(n >= target);
+                #[cfg(not(loom))]
+                let t0 = Coalescer::now();
                 (issue.take().expect("a caller leads at most once"))();
+                #[cfg(not(loom))]
+                {
+                    let t1 = Coalescer::now();
+                    let b = self.barrier_ns.load(Relaxed);
+                    let b = if b == 0 {
+                        t1 - t0
+                    } else {
+                        b - b / 8 + (t1 - t0) / 8
+                    };
+                    self.barrier_ns.store(b, Relaxed);
+                    if self.sleepers.load(Relaxed) > 0 {
+                        self.hold_until.store(t1 + b / 2, Relaxed);
+                    }
+                }
                 self.done.store(n, Release);
                 self.state.fetch_and(!IN_FLIGHT, Release);
                 self.finished.increment();
@@ -308,7 +375,9 @@ impl Coalescer {
             if self.state.load(SeqCst) & IN_FLIGHT == 0 {
                 continue; // the leader finished between our loads: try to lead
             }
+            self.sleepers.fetch_add(1, Relaxed);
             let _ = self.finished.wait(key, None);
+            self.sleepers.fetch_sub(1, Relaxed);
         }
     }
 }
