@@ -27,17 +27,19 @@
 //! - `written`: version `2·tail + producer_gone`, published by the producer;
 //! - `read`: version `2·head + consumer_gone`, published by the consumer.
 //!
-//! `tail` and `head` count items pushed and popped (modulo 2^63); slot `i mod capacity` holds
-//! item `i`. Each side also keeps, in its own handle, its index, its slot position and the last
-//! index it saw of the other side (`cached_head` / `cached_tail`), so it reads the other side's
-//! cache line only when its cached view says the ring is full (producer) or empty (consumer).
+//! `tail` and `head` count items pushed and popped (modulo 2^63). The slot array has a power
+//! of two of slots, `S ≥ capacity`, and slot `i mod S` holds item `i` (2^63 is a multiple of
+//! `S`, so this survives the indices' wrap): a position is an index masked, with no counter of
+//! its own to keep. Each side also keeps, in its own handle, its index and the last index it
+//! saw of the other side (`cached_head` / `cached_tail`), so it reads the other side's cache
+//! line only when its cached view says the ring is full (producer) or empty (consumer).
 //!
 //! ```text
 //! try_push(x):                                   try_pop():
 //!   if tail - cached_head == capacity:             if head == cached_tail:
 //!       r = read.value(); cached_head = r >> 1         w = written.value(); cached_tail = w >> 1
 //!       still full → Full (Disconnected if r & 1)      still empty → Empty (Disconnected if w & 1)
-//!   slot[tail] = x                                 x = slot[head]
+//!   slot[tail mod S] = x                           x = slot[head mod S]
 //!   tail += 1; written.publish(2·tail)             head += 1; read.publish(2·head)
 //! ```
 //!
@@ -102,34 +104,42 @@ crate::channel::errors! {
 const INDEX_MASK: u64 = u64::MAX >> 1;
 const GONE: u64 = 1;
 
-/// A new ring of `capacity` slots: its producer and its consumer. A ring of capacity 0 is
-/// accepted, as rtrb accepts one: it is always full and always empty (`try_push` answers
-/// `Full`, `try_pop` `Empty`, and the blocking forms wait until the other side goes or their
-/// deadline passes).
+/// A new ring that holds up to `capacity` items: its producer and its consumer. A ring of
+/// capacity 0 is accepted, as rtrb accepts one: it is always full and always empty
+/// (`try_push` answers `Full`, `try_pop` `Empty`, and the blocking forms wait until the other
+/// side goes or their deadline passes).
+///
+/// The slot array is `capacity` rounded up to a power of two (a ring of 1000 `u64`s takes
+/// 1024 slots), so that a slot's position is its item's index masked: no position counter to
+/// keep beside the index on each push and pop.
 ///
 /// # Panics
-/// If the slots would not fit in memory (as `Vec::with_capacity` does).
+/// If `capacity` exceeds `2^62` or the slots would not fit in memory (as
+/// `Vec::with_capacity` does).
 pub fn ring<T>(capacity: usize) -> (Producer<T>, Consumer<T>) {
-    let slots: Box<[UnsafeCell<MaybeUninit<T>>]> = (0..capacity)
+    assert!(
+        capacity <= 1 << 62,
+        "spsc::ring: capacity {capacity} exceeds 2^62"
+    );
+    let slots: Box<[UnsafeCell<MaybeUninit<T>>]> = (0..capacity.next_power_of_two())
         .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
         .collect();
     let shared = Arc::new(Shared {
         written: CachePadded(SpEventCount::new()),
         read: CachePadded(SpEventCount::new()),
+        capacity,
         slots,
     });
     (
         Producer {
             shared: ManuallyDrop::new(shared.clone()),
             tail: 0,
-            pos: 0,
             cached_head: 0,
             _not_sync: PhantomData,
         },
         Consumer {
             shared: ManuallyDrop::new(shared),
             head: 0,
-            pos: 0,
             cached_tail: 0,
             _not_sync: PhantomData,
         },
@@ -139,6 +149,9 @@ pub fn ring<T>(capacity: usize) -> (Producer<T>, Consumer<T>) {
 struct Shared<T> {
     written: CachePadded<SpEventCount>,
     read: CachePadded<SpEventCount>,
+    /// The most items the ring holds (at most `slots.len()`).
+    capacity: usize,
+    /// A power of two of slots (one slot, unused, for capacity 0).
     slots: Box<[UnsafeCell<MaybeUninit<T>>]>,
 }
 
@@ -150,7 +163,13 @@ unsafe impl<T: Send> Sync for Shared<T> {}
 
 impl<T> Shared<T> {
     fn capacity(&self) -> usize {
-        self.slots.len()
+        self.capacity
+    }
+
+    /// The slot position of item `index`.
+    #[inline]
+    fn position(&self, index: u64) -> usize {
+        index as usize & (self.slots.len() - 1)
     }
 
     /// The first slot, as a raw pointer valid for the whole array (derived from the slice, not
@@ -161,13 +180,14 @@ impl<T> Shared<T> {
         UnsafeCell::raw_get(self.slots.as_ptr())
     }
 
-    /// The `n ≤ capacity` slots from position `pos` in ring order, as raw runs (start and
-    /// length of each), the second empty unless they wrap: what the chunks hand out.
+    /// The `n ≤ capacity` slots of items `index..index + n`, as raw runs (start and length of
+    /// each), the second empty unless they wrap: what the chunks hand out.
     #[inline]
-    fn runs(&self, pos: usize, n: usize) -> ((*mut T, usize), (*mut T, usize)) {
-        let first = n.min(self.capacity() - pos);
+    fn runs(&self, index: u64, n: usize) -> ((*mut T, usize), (*mut T, usize)) {
+        let pos = self.position(index);
+        let first = n.min(self.slots.len() - pos);
         let base = self.base().cast::<T>();
-        // SAFETY: `pos` < capacity, or both are 0: the offset stays in the slot array.
+        // SAFETY: `pos` < the slot count: the offset stays in the slot array.
         ((unsafe { base.add(pos) }, first), (base, n - first))
     }
 
@@ -175,7 +195,7 @@ impl<T> Shared<T> {
     #[inline]
     fn slot(&self, pos: usize) -> *mut MaybeUninit<T> {
         debug_assert!(pos < self.slots.len());
-        // SAFETY: in bounds (pos < capacity is every caller's invariant).
+        // SAFETY: in bounds (every caller passes a `position`, below the slot count).
         unsafe { self.base().add(pos) }
     }
 }
@@ -186,15 +206,10 @@ impl<T> Drop for Shared<T> {
         let head = self.read.value() >> 1;
         let tail = self.written.value() >> 1;
         let n = tail.wrapping_sub(head) & INDEX_MASK;
-        let cap = self.capacity();
-        if n == 0 {
-            return; // also the ring of capacity 0, whose positions are undefined
-        }
-        let mut pos = (head % cap as u64) as usize;
-        for _ in 0..n {
-            // SAFETY: slots [head, tail) hold initialised items nobody else can reach.
-            unsafe { (*self.slot(pos)).assume_init_drop() };
-            pos = if pos + 1 == cap { 0 } else { pos + 1 };
+        for i in 0..n {
+            // SAFETY: the slots of items [head, tail) hold initialised items nobody else can
+            // reach.
+            unsafe { (*self.slot(self.position(head.wrapping_add(i)))).assume_init_drop() };
         }
     }
 }
@@ -205,8 +220,6 @@ pub struct Producer<T> {
     shared: ManuallyDrop<Arc<Shared<T>>>,
     /// Items pushed (modulo 2^63).
     tail: u64,
-    /// `tail mod capacity`, kept without a division.
-    pos: usize,
     /// The consumer's head as last seen.
     cached_head: u64,
     _not_sync: PhantomData<std::cell::Cell<()>>,
@@ -218,8 +231,6 @@ pub struct Consumer<T> {
     shared: ManuallyDrop<Arc<Shared<T>>>,
     /// Items popped (modulo 2^63).
     head: u64,
-    /// `head mod capacity`.
-    pos: usize,
     /// The producer's tail as last seen.
     cached_tail: u64,
     _not_sync: PhantomData<std::cell::Cell<()>>,
@@ -270,16 +281,6 @@ fn wait_off(
     ec.wait(seen, deadline)
         .map(drop)
         .map_err(|_| Stopped::Timeout)
-}
-
-/// The next slot position after `pos` in a ring of `cap` slots.
-#[inline(always)]
-fn next(pos: usize, cap: usize) -> usize {
-    if pos + 1 == cap {
-        0
-    } else {
-        pos + 1
-    }
 }
 
 /// A chunk was asked for with more slots than are free (or items than are readable).
@@ -362,9 +363,8 @@ impl<T> Producer<T> {
             (0, false) => return Err(TryPushError::Full(value)),
             _ => {}
         }
-        // SAFETY: the slot at `pos` is free (head > tail - capacity was seen with Acquire).
-        unsafe { (*self.shared.slot(self.pos)).write(value) };
-        self.pos = next(self.pos, self.capacity());
+        // SAFETY: item `tail`'s slot is free (head > tail - capacity was seen with Acquire).
+        unsafe { (*self.shared.slot(self.shared.position(self.tail))).write(value) };
         self.tail = self.tail.wrapping_add(1) & INDEX_MASK;
         self.shared.written.publish(self.tail << 1);
         Ok(())
@@ -471,8 +471,6 @@ impl<T> Producer<T> {
         if n == 0 {
             return;
         }
-        let cap = self.capacity();
-        self.pos = (self.pos + n) % cap;
         self.tail = self.tail.wrapping_add(n as u64) & INDEX_MASK;
         self.shared.written.publish(self.tail << 1);
     }
@@ -502,10 +500,10 @@ pub struct WriteChunkUninit<'a, T> {
 impl<T> WriteChunkUninit<'_, T> {
     /// The chunk's slots, in ring order: the second slice is empty unless the chunk wraps.
     pub fn as_mut_slices(&mut self) -> (&mut [MaybeUninit<T>], &mut [MaybeUninit<T>]) {
-        let ((a, na), (b, nb)) = self.producer.shared.runs(self.producer.pos, self.n);
-        // SAFETY: the n slots from `pos` (wrapping) are free and only this producer may touch
-        // them until it commits; the two runs are disjoint and in bounds, and
-        // `MaybeUninit<T>` has `T`'s layout.
+        let ((a, na), (b, nb)) = self.producer.shared.runs(self.producer.tail, self.n);
+        // SAFETY: the slots of items `tail..tail + n` (wrapping) are free and only this
+        // producer may touch them until it commits; the two runs are disjoint and in bounds,
+        // and `MaybeUninit<T>` has `T`'s layout.
         unsafe {
             (
                 std::slice::from_raw_parts_mut(a.cast(), na),
@@ -573,14 +571,14 @@ impl<T> WriteChunk<'_, T> {
     /// The chunk's slots as raw runs: (start, length) of each, the second empty unless the
     /// chunk wraps.
     fn runs(&self) -> ((*mut T, usize), (*mut T, usize)) {
-        self.producer.shared.runs(self.producer.pos, self.n)
+        self.producer.shared.runs(self.producer.tail, self.n)
     }
 
     /// The chunk's values, in ring order: the second slice is empty unless the chunk wraps.
     pub fn as_mut_slices(&mut self) -> (&mut [T], &mut [T]) {
         let ((a, na), (b, nb)) = self.runs();
-        // SAFETY: the n slots from `pos` (wrapping) hold initialised values that only this
-        // producer may touch until it commits; the runs are disjoint and in bounds.
+        // SAFETY: the slots of items `tail..tail + n` (wrapping) hold initialised values that
+        // only this producer may touch until it commits; the runs are disjoint and in bounds.
         unsafe {
             (
                 std::slice::from_raw_parts_mut(a, na),
@@ -677,10 +675,10 @@ impl<T> Consumer<T> {
         if tail == self.head {
             return Err(PeekError::Empty);
         }
-        // SAFETY: slot `pos` holds item `head`, written before the version loaded above with
+        // SAFETY: item `head`'s slot holds it, written before the version loaded above with
         // Acquire. It stays there while the reference lives: only this consumer frees a slot,
         // by popping, which needs `&mut self`.
-        Ok(unsafe { (*self.shared.slot(self.pos)).assume_init_ref() })
+        Ok(unsafe { (*self.shared.slot(self.shared.position(self.head))).assume_init_ref() })
     }
 
     /// Readable items by the cached tail, reloading it if fewer than `want`; and whether the
@@ -705,10 +703,10 @@ impl<T> Consumer<T> {
             (0, false) => return Err(TryPopError::Empty),
             _ => {}
         }
-        // SAFETY: slot `pos` holds item `head`, written before the version we loaded with
+        // SAFETY: item `head`'s slot holds it, written before the version we loaded with
         // Acquire; moving it out leaves the slot free for the producer after our publish.
-        let value = unsafe { (*self.shared.slot(self.pos)).assume_init_read() };
-        self.pos = next(self.pos, self.capacity());
+        let value =
+            unsafe { (*self.shared.slot(self.shared.position(self.head))).assume_init_read() };
         self.head = self.head.wrapping_add(1) & INDEX_MASK;
         self.shared.read.publish(self.head << 1);
         Ok(value)
@@ -778,8 +776,6 @@ impl<T> Consumer<T> {
         if n == 0 {
             return;
         }
-        let cap = self.capacity();
-        self.pos = (self.pos + n) % cap;
         self.head = self.head.wrapping_add(n as u64) & INDEX_MASK;
         self.shared.read.publish(self.head << 1);
     }
@@ -807,14 +803,15 @@ impl<'a, T> ReadChunk<'a, T> {
     /// unless the chunk wraps. Raw pointers from the slot array, so that `commit` may drop
     /// through them (a pointer taken from the `&[T]` of `as_slices` may not write).
     fn runs(&self) -> ((*mut T, usize), (*mut T, usize)) {
-        self.consumer.shared.runs(self.consumer.pos, self.n)
+        self.consumer.shared.runs(self.consumer.head, self.n)
     }
 
     /// The chunk's items, oldest first: the second slice is empty unless the chunk wraps.
     pub fn as_slices(&self) -> (&[T], &[T]) {
         let ((a, na), (b, nb)) = self.runs();
-        // SAFETY: the n slots from `pos` (wrapping) hold initialised items that only this
-        // consumer may touch until it releases them; the runs are disjoint and in bounds.
+        // SAFETY: the slots of items `head..head + n` (wrapping) hold initialised items that
+        // only this consumer may touch until it releases them; the runs are disjoint and in
+        // bounds.
         unsafe {
             (
                 std::slice::from_raw_parts(a, na),
@@ -896,7 +893,7 @@ impl<T> Iterator for ReadChunkIntoIter<'_, T> {
             return None;
         }
         let c = &*self.consumer;
-        let pos = (c.pos + self.taken) % c.capacity();
+        let pos = c.shared.position(c.head.wrapping_add(self.taken as u64));
         self.taken += 1;
         // SAFETY: item `head + taken` is initialised and ours; it is moved out once, and
         // released (not dropped) when the iterator is dropped.
@@ -1065,29 +1062,60 @@ mod tests {
 
     #[test]
     fn spsc_chunks_wrap_around() {
-        let (mut tx, mut rx) = ring::<u32>(5);
+        let (mut tx, mut rx) = ring::<u32>(4);
         assert_eq!(tx.push_slice(&[0, 1, 2]), 3);
         let mut out = [0; 2];
         assert_eq!(rx.pop_slice(&mut out), 2);
         assert_eq!(out, [0, 1]);
-        // 4 free slots from position 3: two at the end, two at the start.
-        let mut chunk = tx.write_chunk_uninit(4).unwrap();
+        // 3 free slots from position 3: one at the end, two at the start.
+        let mut chunk = tx.write_chunk_uninit(3).unwrap();
         let (a, b) = chunk.as_mut_slices();
-        assert_eq!((a.len(), b.len()), (2, 2));
-        assert_eq!(chunk.fill_from_iter(10..), 4);
+        assert_eq!((a.len(), b.len()), (1, 2));
+        assert_eq!(chunk.fill_from_iter(10..), 3);
         assert_eq!(tx.write_chunk_uninit(1).err(), Some(TooFew(0)));
-        let mut chunk = rx.read_chunk(5).unwrap();
+        let mut chunk = rx.read_chunk(4).unwrap();
         let (a, b) = chunk.as_slices();
-        assert_eq!((a, b), (&[2, 10, 11][..], &[12, 13][..]));
+        assert_eq!((a, b), (&[2, 10][..], &[11, 12][..]));
         // Items can be changed in place before they are popped (rtrb's `as_mut_slices`).
         let (a, b) = chunk.as_mut_slices();
         a[0] = 20;
         b[1] = 30;
-        assert_eq!(chunk.as_slices(), (&[20, 10, 11][..], &[12, 30][..]));
-        chunk.commit(4);
+        assert_eq!(chunk.as_slices(), (&[20, 10][..], &[11, 30][..]));
+        chunk.commit(3);
         assert_eq!(rx.try_pop(), Ok(30));
         assert!(rx.is_empty());
         assert_eq!(rx.read_chunk(1).err(), Some(TooFew(0)));
+    }
+
+    /// A capacity that is not a power of two: the ring holds exactly that many items, its
+    /// slot array is the next power of two (chunks wrap there), and order survives many laps.
+    #[test]
+    fn spsc_capacity_not_a_power_of_two() {
+        let (mut tx, mut rx) = ring::<u32>(5);
+        assert_eq!((tx.capacity(), rx.capacity()), (5, 5));
+        assert_eq!(tx.push_slice(&[0, 1, 2, 3, 4, 5]), 5);
+        assert!(tx.is_full());
+        assert_eq!(tx.try_push(9), Err(TryPushError::Full(9)));
+        let mut out = [0; 5];
+        assert_eq!(rx.pop_slice(&mut out), 5);
+        assert_eq!(out, [0, 1, 2, 3, 4]);
+        // Five free slots from position 5 of 8: three at the end, two at the start.
+        let chunk = tx.write_chunk_uninit(5).unwrap();
+        assert_eq!(chunk.fill_from_iter(10..), 5);
+        let chunk = rx.read_chunk(5).unwrap();
+        assert_eq!(chunk.as_slices(), (&[10, 11, 12][..], &[13, 14][..]));
+        chunk.commit_all();
+        for i in 0..1000u32 {
+            tx.try_push(i).unwrap();
+            if i % 3 == 2 {
+                tx.try_push(i + 1_000_000).unwrap();
+                assert_eq!(rx.try_pop(), Ok(i));
+                assert_eq!(rx.try_pop(), Ok(i + 1_000_000));
+            } else {
+                assert_eq!(rx.try_pop(), Ok(i));
+            }
+        }
+        assert!(rx.is_empty());
     }
 
     /// rtrb's `write_chunk`: slots hold defaults, overwritten in place; a partial commit pushes
