@@ -272,9 +272,11 @@ pub(crate) struct Coalescer {
     /// Callers asleep on `finished` (a hint for the hold below).
     sleepers: AtomicU64,
     /// Until when (ns on [`Coalescer::now`]'s clock) no new barrier starts: set by a leader
-    /// whose barrier ended with callers asleep (see "Convoys").
+    /// whose barrier ended with callers asleep (see "Convoys"; no clock under loom).
+    #[cfg_attr(loom, allow(dead_code))]
     hold_until: AtomicU64,
     /// The barrier's duration (ns), a moving average over the leaders' barriers.
+    #[cfg_attr(loom, allow(dead_code))]
     barrier_ns: AtomicU64,
 }
 
