@@ -270,20 +270,6 @@ const SPIN_BEFORE_FLAG: u32 = 0;
 #[cfg(loom)]
 const SPIN_AFTER_FLAG: u32 = 0;
 
-/// A clock for the single-producer wait's spin: the TSC on x86-64 (an `rdtsc`, no call, so
-/// the inline wake path stays free of calls), nanoseconds elsewhere.
-#[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
-#[inline(always)]
-fn stamp() -> u64 {
-    // SAFETY: `rdtsc` exists on every x86-64 CPU and touches no memory.
-    unsafe { core::arch::x86_64::_rdtsc() }
-}
-
-#[cfg(not(all(target_arch = "x86_64", not(loom), not(miri))))]
-fn stamp() -> u64 {
-    Deadline::now().as_nanos()
-}
-
 /// The longest a single-producer waiter's full spin is stretched to match the measured
 /// wake-up latency (see `SpEventCount::wait_until`), in nanoseconds.
 #[cfg(not(loom))]
@@ -686,12 +672,9 @@ pub struct SpEventCount {
     /// producer, never. A new event count starts at trust 1: its first wait spins in full,
     /// and decides (a producer that answers it earns the full trust at once).
     spin: std::sync::atomic::AtomicU32,
-    /// When the producer last woke sleepers (in [`stamp`] ticks, 0: never), stamped before its
-    /// futex wake: a woken waiter measures the wake-up latency from it.
-    woke_at: std::sync::atomic::AtomicU64,
-    /// The wake-up latency the waiters measured (ns, a moving average; 0 until the first):
-    /// how long a full spin lasts at least (see `wait_until`), a heuristic outside the
-    /// protocol.
+    /// How long the waiters' prompt sleeps lasted (ns, a moving average; 0 until the first):
+    /// about a wake-up's latency, and how long a full spin lasts at least (see
+    /// `wait_until`), a heuristic outside the protocol.
     wake_ns: std::sync::atomic::AtomicU64,
 }
 
@@ -709,7 +692,6 @@ impl SpEventCount {
             fenced: std::sync::atomic::AtomicU64::new(0),
             yield_at: std::sync::atomic::AtomicU32::new(YIELD_AT),
             spin: std::sync::atomic::AtomicU32::new(1),
-            woke_at: std::sync::atomic::AtomicU64::new(0),
             wake_ns: std::sync::atomic::AtomicU64::new(0),
         }
     }
@@ -727,7 +709,6 @@ impl SpEventCount {
             fenced: std::sync::atomic::AtomicU64::new(0),
             yield_at: std::sync::atomic::AtomicU32::new(YIELD_AT),
             spin: std::sync::atomic::AtomicU32::new(1),
-            woke_at: std::sync::atomic::AtomicU64::new(0),
             wake_ns: std::sync::atomic::AtomicU64::new(0),
         }
     }
@@ -838,23 +819,14 @@ impl SpEventCount {
         }
     }
 
-    /// After a sleep that began at `before` (a [`stamp`] and nanoseconds, read together)
-    /// ended with the version moved: if the producer's last wake was stamped after the sleep
-    /// began, learn the wake-up latency (now less that stamp, in nanoseconds through the
-    /// sleep's own pair of clock readings). Samples over a millisecond (a preempted waiter)
-    /// are dropped.
-    fn learn_wake(&self, before: (u64, u64)) {
-        let woke = self.woke_at.load(std::sync::atomic::Ordering::Relaxed);
-        if woke <= before.0 {
-            return;
-        }
-        let (ticks, ns) = (stamp(), Deadline::now().as_nanos());
-        let (dt, dn) = (ticks.saturating_sub(before.0), ns.saturating_sub(before.1));
-        if dt == 0 {
-            return;
-        }
-        let sample = (ticks.saturating_sub(woke) as u128 * dn as u128 / dt as u128) as u64;
-        if sample > 1_000_000 {
+    /// After a sleep that began at `before` (nanoseconds) ended with the version moved: learn
+    /// its length if it was prompt (under `SP_PROMPT`: the producer answered about as soon as
+    /// it could, so the sleep lasted about a wake-up's latency; a longer one waited for the
+    /// producer's work, not for the wake-up). The waiter's side only: the producer's signal
+    /// path, inlined in ring loops, stays as it was.
+    fn learn_wake(&self, before: u64) {
+        let sample = Deadline::now().as_nanos().saturating_sub(before);
+        if sample >= SP_PROMPT.as_nanos() as u64 {
             return;
         }
         let e = self.wake_ns.load(std::sync::atomic::Ordering::Relaxed);
@@ -957,7 +929,6 @@ impl SpEventCount {
     #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
     #[inline(always)]
     fn wake_sleepers(&self) {
-        self.woke_at.store(stamp(), Relaxed);
         self.sleepers.fetch_add(SP_CLEAR, Relaxed);
         crate::futex::wake_all_private_inline(&self.sleepers);
     }
@@ -966,7 +937,6 @@ impl SpEventCount {
     #[cold]
     #[inline(never)]
     fn wake_sleepers(&self) {
-        self.woke_at.store(stamp(), Relaxed);
         self.sleepers.fetch_add(SP_CLEAR, Release);
         self.parking.wake32(&self.sleepers, u32::MAX);
     }
@@ -1190,13 +1160,14 @@ impl SpEventCount {
                 spin_loop();
             }
         }
-        // A full spin lasts at least the wake-up latency the waiters have measured (up to
-        // `SP_STRETCH_MAX_NS`): a producer that is itself asleep, and about to be woken by the
-        // thread waiting here (two threads handing off to each other), answers only after a
-        // wake-up, and a spin that ends before then puts this thread to sleep too, so that
-        // every later hand-off pays a wake-up (on a 2-vCPU guest whose wake-ups take about
-        // 33 µs, a 128-poll spin lasted 1.3 µs). It yields every 32 polls, so that a producer
-        // sharing this CPU runs. A heuristic outside the protocol, like the others here.
+        // A full spin lasts at least the wake-up latency the waiters have measured (the length
+        // of their prompt sleeps, up to `SP_STRETCH_MAX_NS`): a producer that is itself
+        // asleep, and about to be woken by the thread waiting here (two threads handing off to
+        // each other), answers only after a wake-up, and a spin that ends before then puts
+        // this thread to sleep too, so that every later hand-off pays a wake-up (on a 2-vCPU
+        // guest whose wake-ups take about 33 µs, a 128-poll spin lasted 1.3 µs). It yields
+        // every 32 polls, so that a producer sharing this CPU runs. A heuristic outside the
+        // protocol, like the others here.
         #[cfg(not(loom))]
         if full {
             let budget = self
@@ -1339,7 +1310,7 @@ impl SpEventCount {
                 // timer, and no clock read.
                 Window::Barrier | Window::Fenced => {}
             }
-            let before = (stamp(), Deadline::now().as_nanos());
+            let before = Deadline::now().as_nanos();
             self.parking.wait32(&self.sleepers, s, sleep_until);
 
             let v = self.version.load(Acquire);
