@@ -270,11 +270,6 @@ const SPIN_BEFORE_FLAG: u32 = 0;
 #[cfg(loom)]
 const SPIN_AFTER_FLAG: u32 = 0;
 
-/// The longest a single-producer waiter's full spin is stretched to match the measured
-/// wake-up latency (see `SpEventCount::wait_until`), in nanoseconds.
-#[cfg(not(loom))]
-const SP_STRETCH_MAX_NS: u64 = 100_000;
-
 /// A single-producer waiter whose recent spins went unanswered spins only this many polls
 /// (see `SpEventCount::wait_until`): a consumer that waits a millisecond for each message
 /// then pays a few polls instead of a whole spin before each sleep.
@@ -672,10 +667,6 @@ pub struct SpEventCount {
     /// producer, never. A new event count starts at trust 1: its first wait spins in full,
     /// and decides (a producer that answers it earns the full trust at once).
     spin: std::sync::atomic::AtomicU32,
-    /// How long the waiters' prompt sleeps lasted (ns, a moving average; 0 until the first):
-    /// about a wake-up's latency, and how long a full spin lasts at least (see
-    /// `wait_until`), a heuristic outside the protocol.
-    wake_ns: std::sync::atomic::AtomicU64,
 }
 
 impl SpEventCount {
@@ -692,7 +683,6 @@ impl SpEventCount {
             fenced: std::sync::atomic::AtomicU64::new(0),
             yield_at: std::sync::atomic::AtomicU32::new(YIELD_AT),
             spin: std::sync::atomic::AtomicU32::new(1),
-            wake_ns: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -709,7 +699,6 @@ impl SpEventCount {
             fenced: std::sync::atomic::AtomicU64::new(0),
             yield_at: std::sync::atomic::AtomicU32::new(YIELD_AT),
             spin: std::sync::atomic::AtomicU32::new(1),
-            wake_ns: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -817,26 +806,6 @@ impl SpEventCount {
         if s & (SP_MODE | SP_FLAG) == SP_MODE {
             self.withdraw_fenced_signals();
         }
-    }
-
-    /// After a sleep that began at `before` (nanoseconds) ended with the version moved: learn
-    /// its length if it was prompt (under `SP_PROMPT`: the producer answered about as soon as
-    /// it could, so the sleep lasted about a wake-up's latency; a longer one waited for the
-    /// producer's work, not for the wake-up). The waiter's side only: the producer's signal
-    /// path, inlined in ring loops, stays as it was.
-    fn learn_wake(&self, before: u64) {
-        let sample = Deadline::now().as_nanos().saturating_sub(before);
-        if sample >= SP_PROMPT.as_nanos() as u64 {
-            return;
-        }
-        let e = self.wake_ns.load(std::sync::atomic::Ordering::Relaxed);
-        let e = if e == 0 {
-            sample
-        } else {
-            e - e / 8 + sample / 8
-        };
-        self.wake_ns
-            .store(e.max(1), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The producer's second look at `S`, after a full fence (fenced signals). On x86-64 one
@@ -1160,43 +1129,6 @@ impl SpEventCount {
                 spin_loop();
             }
         }
-        // A full spin lasts at least the wake-up latency the waiters have measured (the length
-        // of their prompt sleeps, up to `SP_STRETCH_MAX_NS`): a producer that is itself
-        // asleep, and about to be woken by the thread waiting here (two threads handing off to
-        // each other), answers only after a wake-up, and a spin that ends before then puts
-        // this thread to sleep too, so that every later hand-off pays a wake-up (on a 2-vCPU
-        // guest whose wake-ups take about 33 µs, a 128-poll spin lasted 1.3 µs). It yields
-        // every 32 polls, so that a producer sharing this CPU runs. A heuristic outside the
-        // protocol, like the others here.
-        #[cfg(not(loom))]
-        if full {
-            let budget = self
-                .wake_ns
-                .load(std::sync::atomic::Ordering::Relaxed)
-                .min(SP_STRETCH_MAX_NS);
-            if budget > 0 {
-                let start = Deadline::now().as_nanos();
-                let mut i = 0u32;
-                loop {
-                    let v = self.version.load(Acquire);
-                    if v != old {
-                        learn(yield_at.saturating_mul(2).saturating_add(1).min(YIELD_AT));
-                        if spin != SP_SPIN_TRUST {
-                            self.trust_spins();
-                        }
-                        return Waited::Changed(v);
-                    }
-                    i = i.wrapping_add(1);
-                    if i % 32 != 0 {
-                        spin_loop();
-                    } else if Deadline::now().as_nanos().saturating_sub(start) >= budget {
-                        break;
-                    } else {
-                        yield_now();
-                    }
-                }
-            }
-        }
         // Unanswered: a full spin costs one unit of trust.
         let next = spin.saturating_sub(1);
         if next != spin {
@@ -1310,12 +1242,10 @@ impl SpEventCount {
                 // timer, and no clock read.
                 Window::Barrier | Window::Fenced => {}
             }
-            let before = Deadline::now().as_nanos();
             self.parking.wait32(&self.sleepers, s, sleep_until);
 
             let v = self.version.load(Acquire);
             if v != old {
-                self.learn_wake(before);
                 if sleep_until.is_some_and(Deadline::has_passed) && self.sleepers.load(Relaxed) == s
                 {
                     self.late.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
