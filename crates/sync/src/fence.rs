@@ -88,10 +88,10 @@
 //! **No lost wake-up.** A follower sleeps on `finished` only after reading its version and
 //! then re-checking `done`; the leader stores `done` before it increments `finished`, so a
 //! completion after the re-check changes the version the follower sleeps on
-//! ([`EventCount`]'s own guarantee). A follower that sees no leader becomes
-//! one (after a hold, which ends by the clock), so some barrier with number ≥ `target` is always begun: the state's `started` field
-//! only grows, and each leader's `n` is at least every waiting caller's `target` when it began
-//! after them.
+//! ([`EventCount`]'s own guarantee). A follower that sees no leader becomes one (after a hold,
+//! which ends by the clock), so some barrier with number ≥ `target` is always begun: the
+//! state's `started` field only grows, and each leader's `n` is at least every waiting
+//! caller's `target` when it began after them.
 //!
 //! **Convoys.** Callers that call `heavy()` again as soon as it returns (a reclaimer in a
 //! loop, the lab's coalescing section) fall into step: when a barrier ends, the callers it
@@ -100,8 +100,8 @@
 //! barrier and the one after: about twice a lone caller's latency, and one barrier per two
 //! callers or fewer. So a leader whose barrier ended with callers asleep holds the next start
 //! for half a barrier's duration (a moving average of the leaders' own barriers, so the
-//! machine sets it): callers that arrive meanwhile share the next barrier. A lone caller never
-//! waits (nobody slept on its barrier). The hold only delays a leader's CAS, and ends by the
+//! machine sets it): callers that arrive meanwhile share the next barrier. Callers that come one
+//! at a time never wait: only a barrier that had callers asleep sets a hold. The hold only delays a leader's CAS, and ends by the
 //! clock, so the arguments above and below are unchanged; under loom there is no clock and no
 //! hold.
 //!

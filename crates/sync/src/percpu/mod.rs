@@ -306,11 +306,10 @@ impl PerCpuCounter {
 ///
 /// The commit's form matters on Intel cores that rename memory (seen on a 2-vCPU Xeon guest of
 /// the Sapphire/Emerald Rapids generation; the lab's `percpu` experiment measures it per
-/// machine). A loop of `add qword ptr [reg], 1` runs at about a cycle per add there, the
-/// increment tracked without waiting for the previous store; with a register operand
-/// (`add [reg], reg`) or an indexed address (`add [base + index], 1`) every add waits for the
-/// previous one's store to forward, about five cycles. So the slot's address is formed in a
-/// register first, and an add of 1 uses an immediate.
+/// machine). There a loop of `add qword ptr [reg], 1` runs without waiting for the previous
+/// add's store; with a register operand (`add [reg], reg`) or an indexed address
+/// (`add [base + index], 1`) every add waits for the previous one's store to forward. So the
+/// slot's address is formed in a register first, and an add of 1 uses an immediate.
 ///
 /// # Safety
 /// `area` must be this thread's registered `struct rseq`, and `cpus.len()` a power of two.
