@@ -699,7 +699,8 @@ fn reach(r: &mut ExperimentResult) {
         c.explanation.push_str(&format!(
             "; out of reach on this machine: the floor alone — one TSC read and one 64-byte store, \
              which every timestamped record needs — takes {floor:.1} ns per record here (the TSC \
-             read dominates on AMD processors, about 40 cycles), above the 6 ns bound; \
+             read dominates: about 40 cycles on AMD processors, and as slow on some Intel \
+             guests), above the 6 ns bound; \
              recorder-p50-floor bounds what the record adds to it"
         ));
     }
@@ -725,10 +726,16 @@ impl Experiment for Recorder {
         installed()?;
         let tpn = ctx.machine.tsc_ghz;
         let threads = 4 * ctx.cores();
-        let per_thread: u64 = match ctx.profile {
-            crate::results::Profile::Full => 100_000,
-            _ => 10_000,
+        // Every peer formats on one writer thread, so a run of the loaded sections costs about
+        // as much as its records in all: the total is fixed (80 000 quick, 800 000 full),
+        // shared by the threads, at most 10 000 (100 000 full) and at least 1 000 each. With
+        // 10 000 each whatever the thread count, 64 threads on 16 cores made a quick run's
+        // warm-up longer than the experiment's slice, and the report had no trial.
+        let (total, most) = match ctx.profile {
+            crate::results::Profile::Full => (800_000, 100_000),
+            _ => (80_000, 10_000),
         };
+        let per_thread: u64 = (total / threads as u64).clamp(1_000, most);
         ctx.status("starting the peers' writer threads");
         let peers = Peers::new()?;
         let mut plan = Plan::new();
