@@ -990,6 +990,16 @@ impl SpEventCount {
         })
     }
 
+    /// Settles now which barrier a sleeping waiter will issue, and issues it once. The first
+    /// `membarrier` of a process registers it (`MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED`),
+    /// which waits for an RCU grace period when the process already has threads: several
+    /// milliseconds, which the first wait to sleep would otherwise pay. A ring calls this when
+    /// it is made (see `spsc::ring`); elsewhere a no-op.
+    pub(crate) fn prepare_barrier() {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(loom), not(miri)))]
+        let _ = Self::announcement_barrier();
+    }
+
     /// Whether [`settle`](Self::settle) will close the store-buffering window (a barrier is
     /// available, or the producer's look needs none): then the waiter need not watch the
     /// version after announcing itself.

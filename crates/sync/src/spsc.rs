@@ -113,6 +113,11 @@ const GONE: u64 = 1;
 /// 1024 slots), so that a slot's position is its item's index masked: no position counter to
 /// keep beside the index on each push and pop.
 ///
+/// The first ring of a process also registers the process for `membarrier`, the barrier a
+/// side issues before it sleeps (see [`SpEventCount`](crate::SpEventCount)): registering
+/// waits for an RCU grace period, milliseconds once per process, which is paid here rather
+/// than by the first wait that sleeps.
+///
 /// # Panics
 /// If `capacity` exceeds `2^62` or the slots would not fit in memory (as
 /// `Vec::with_capacity` does).
@@ -121,6 +126,7 @@ pub fn ring<T>(capacity: usize) -> (Producer<T>, Consumer<T>) {
         capacity <= 1 << 62,
         "spsc::ring: capacity {capacity} exceeds 2^62"
     );
+    SpEventCount::prepare_barrier();
     let slots: Box<[UnsafeCell<MaybeUninit<T>>]> = (0..capacity.next_power_of_two())
         .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
         .collect();
