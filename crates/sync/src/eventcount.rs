@@ -136,8 +136,14 @@
 //! event count's first wait spins in full and decides alone: answered, the spins stay full;
 //! not, they turn short at once. The same learnt state decides fenced signals (fact 4):
 //! waiters whose spins go unanswered ask for them; a wait answered during its spin or within
-//! `SP_PROMPT` withdraws the request, and so does a trusting waiter that finds it standing. The lab's `rings` experiment measures both sides of the trade: the idle
-//! consumer's CPU time, and ping-pong on two CPUs and on one.
+//! `SP_PROMPT` withdraws the request, and so does a trusting waiter that finds it standing.
+//! A thread whose signal has just woken a waiter *stretches* its next wait's spin through the
+//! time that waiter takes to wake up and reply (learnt per process; see
+//! `SpEventCount::stretched_spin`): without it two threads handing off to each other, once
+//! one of them slept, each found its partner asleep and slept in turn, and every hand-off
+//! paid a wake-up (on a 2-vCPU Xeon guest, 10-50 µs a round trip instead of 0.4). The lab's
+//! `rings` experiment measures both sides of the trade: the idle consumer's CPU time, and
+//! ping-pong on two CPUs and on one.
 //!
 //! **Why no wake-up is lost or late.** The producer's store to `V` and its load of `S` form
 //! the store-buffering pattern: x86-TSO lets the load complete while the store still sits in
@@ -297,6 +303,33 @@ const SP_PROMPT: std::time::Duration = std::time::Duration::from_micros(250);
 /// (`sp_idle_regime_*` withdraw the request from another thread).
 #[cfg(loom)]
 const SP_PROMPT: std::time::Duration = std::time::Duration::ZERO;
+
+/// The longest *stretched* spin (see "Stretched spins" in `SpEventCount::wait_until`), and the
+/// first one's length, before any reply time has been measured.
+#[cfg(not(loom))]
+const SP_STRETCH_MAX: std::time::Duration = std::time::Duration::from_micros(200);
+/// Stretched spins that missed in a row, after which a thread stops stretching (it probes again
+/// at every `SP_STRETCH_PROBE`-th chance).
+#[cfg(not(loom))]
+const SP_STRETCH_MISSES: u32 = 3;
+#[cfg(not(loom))]
+const SP_STRETCH_PROBE: u32 = 32;
+
+/// How long the replies to a stretched spin take (ns; 0 until the first): how long after its
+/// start the version moved, up at once to a longer reply, down slowly (an eighth of the way)
+/// to a shorter one, and doubled by a stretch that missed. A property of the machine (the
+/// partner's wake-up latency, mostly), so one per process.
+#[cfg(not(loom))]
+static SP_REPLY_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+#[cfg(not(loom))]
+thread_local! {
+    /// Set when this thread's signal woke a single-producer waiter; its next wait stretches
+    /// its spin (see `SpEventCount::wait_until`).
+    static WOKE_A_WAITER: Cell<bool> = const { Cell::new(false) };
+    /// Stretched spins of this thread that missed in a row, and the chances skipped since.
+    static STRETCH_MISSED: Cell<(u32, u32)> = const { Cell::new((0, 0)) };
+}
 
 /// How long a single-producer waiter watches the version after announcing itself, for a
 /// signal whose version store may still be in its producer's store buffer, where no barrier
@@ -900,6 +933,7 @@ impl SpEventCount {
     fn wake_sleepers(&self) {
         self.sleepers.fetch_add(SP_CLEAR, Relaxed);
         crate::futex::wake_all_private_inline(&self.sleepers);
+        WOKE_A_WAITER.set(true);
     }
 
     #[cfg(not(all(target_arch = "x86_64", not(loom), not(miri))))]
@@ -908,6 +942,8 @@ impl SpEventCount {
     fn wake_sleepers(&self) {
         self.sleepers.fetch_add(SP_CLEAR, Release);
         self.parking.wake32(&self.sleepers, u32::MAX);
+        #[cfg(not(loom))]
+        WOKE_A_WAITER.set(true);
     }
 
     /// After an announcement that left `S` at `s`: the new version if it has moved past `old`,
@@ -988,6 +1024,87 @@ impl SpEventCount {
                 None
             }
         })
+    }
+
+    /// **Stretched spins.** A thread whose signal just woke a waiter (its `WOKE_A_WAITER`) and
+    /// now waits itself is most likely waiting for that waiter's reply: a ping-pong, or a
+    /// producer the consumer woke after a full ring. The reply cannot come before the waiter's
+    /// wake-up and context switch (33 µs on a 2-vCPU Xeon guest), far past a normal spin
+    /// (`SPIN_BEFORE_FLAG` polls, about a microsecond), so this thread would go to sleep as well,
+    /// and the partner's reply would have to wake it in turn: each hand-off then pays a wake-up,
+    /// and the pair never gets out of that regime, since neither is spinning when the other
+    /// replies (the lab's two-CPU ping-pong at 10-50 µs a round trip against 0.5 µs for rtrb).
+    /// Spinning once through the partner's wake-up breaks it: the reply finds this thread
+    /// awake, and its next message finds the partner still spinning after its reply.
+    ///
+    /// The stretch lasts twice the replies measured in this process (`SP_REPLY_NS`: the
+    /// machine's wake-up latency plus the partner's work; it follows a longer reply at once and
+    /// a shorter one slowly), at most `SP_STRETCH_MAX`, which is also the first stretch's
+    /// length. A stretch that misses doubles the next (up to the maximum). A thread whose
+    /// stretched spins miss at the maximum `SP_STRETCH_MISSES` times in a row (a pipeline
+    /// stage that wakes the next stage, then waits for a slow upstream) stops stretching, and
+    /// tries again at every `SP_STRETCH_PROBE`-th chance. The stretch
+    /// begins with a `sched_yield`, for a partner that shares this CPU. Outside the protocol:
+    /// the waiter then waits as it would have.
+    #[cfg(not(loom))]
+    #[cold]
+    fn stretched_spin(&self, old: u64, deadline: Option<Deadline>) -> Option<u64> {
+        if !WOKE_A_WAITER.replace(false) {
+            return None;
+        }
+        let (missed, skipped) = STRETCH_MISSED.get();
+        if missed >= SP_STRETCH_MISSES {
+            if skipped + 1 < SP_STRETCH_PROBE {
+                STRETCH_MISSED.set((missed, skipped + 1));
+                return None;
+            }
+            STRETCH_MISSED.set((missed, 0));
+        }
+        let est = SP_REPLY_NS.load(std::sync::atomic::Ordering::Relaxed);
+        let max = SP_STRETCH_MAX.as_nanos() as u64;
+        let budget = if est == 0 { max } else { (2 * est).min(max) };
+        // A partner on this CPU (both pinned to one, or oversubscribed) cannot reply while
+        // this thread spins: let it run first (otherwise the call returns at once).
+        yield_now();
+        let start = Deadline::now();
+        let mut i = 0u32;
+        loop {
+            let v = self.version.load(Acquire);
+            if v != old {
+                // Up at once to a longer reply, down slowly: the stretch must cover the
+                // slow replies (a partner asleep), not the mean of quick and slow ones.
+                let took = Deadline::now().as_nanos().saturating_sub(start.as_nanos());
+                let next = if est == 0 {
+                    took
+                } else {
+                    took.max((7 * est + took) / 8)
+                };
+                SP_REPLY_NS.store(next.max(1), std::sync::atomic::Ordering::Relaxed);
+                STRETCH_MISSED.set((0, 0));
+                if self.spin.load(std::sync::atomic::Ordering::Relaxed) != SP_SPIN_TRUST {
+                    self.trust_spins();
+                }
+                return Some(v);
+            }
+            i = i.wrapping_add(1);
+            if i % 64 == 0 {
+                let now = Deadline::now();
+                if now.as_nanos().saturating_sub(start.as_nanos()) >= budget
+                    || deadline.is_some_and(|d| now >= d)
+                {
+                    if budget < max {
+                        // Too short for this machine's replies, perhaps: the next is twice
+                        // as long (up to the maximum).
+                        SP_REPLY_NS.store(budget, std::sync::atomic::Ordering::Relaxed);
+                    } else {
+                        let (missed, _) = STRETCH_MISSED.get();
+                        STRETCH_MISSED.set((missed.saturating_add(1), 0));
+                    }
+                    return None;
+                }
+            }
+            spin_loop();
+        }
     }
 
     /// Settles now which barrier a sleeping waiter will issue, and issues it once. The first
@@ -1097,6 +1214,10 @@ impl SpEventCount {
         // first, before the yield or well after it, the yield did not bring it, and the next
         // wait yields later (up to `YIELD_AT`). A heuristic: whatever it learns, the spin has
         // the same length and the protocol below follows.
+        #[cfg(not(loom))]
+        if let Some(v) = self.stretched_spin(old, deadline) {
+            return Waited::Changed(v);
+        }
         let yield_at = self.yield_at.load(std::sync::atomic::Ordering::Relaxed);
         let learn = |at: u32| {
             if at != yield_at {

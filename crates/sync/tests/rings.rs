@@ -238,6 +238,118 @@ fn spsc_ring_stress_order_no_loss_no_lost_wakeup() {
     assert!(sent > 0);
 }
 
+/// Pairs of threads hand a token back and forth through two one-slot rings, 3 threads per
+/// CPU: each waits right after its push has (often) woken its partner, the case the
+/// single-producer event count's *stretched spin* is for (`SpEventCount::stretched_spin`), and
+/// with oversubscription the partner often shares the waiter's CPU. Counts a reply that is not
+/// the token sent, and stalls (a blocking call that times out: a lost wake-up, see the file's
+/// documentation).
+#[test]
+fn spsc_ping_pong_stress_no_lost_wakeup() {
+    let pairs = (common::per_cpu(3, 6) / 2).max(3);
+    let budget = AtomicU64::new(messages() / 100);
+    let started = Instant::now();
+    let tally = Tally::default();
+    let heartbeat = common::heartbeat();
+    let round_trips = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for p in 0..pairs {
+            let (mut ping_tx, mut ping_rx) = spsc::ring::<u64>(1);
+            let (mut pong_tx, mut pong_rx) = spsc::ring::<u64>(1);
+            let (tally, budget, round_trips) = (&tally, &budget, &round_trips);
+            s.spawn(move || {
+                let mut token = 0u64;
+                let mut end = 0u64;
+                'run: loop {
+                    if token == end {
+                        match claim(budget, started) {
+                            0 => break,
+                            k => end += k,
+                        }
+                    }
+                    loop {
+                        let t0 = Instant::now();
+                        let Err(e) = ping_tx.push_timeout(token, PATIENCE) else {
+                            break;
+                        };
+                        match e {
+                            spsc::PushTimeoutError::Timeout(_) => {
+                                let what = format!("pinger {p} for space");
+                                tally.stall(heartbeat, &what, t0, 0);
+                            }
+                            spsc::PushTimeoutError::Disconnected(_) => {
+                                tally.early_disconnects.fetch_add(1, Relaxed);
+                                break 'run;
+                            }
+                        }
+                    }
+                    loop {
+                        let t0 = Instant::now();
+                        match pong_rx.pop_timeout(PATIENCE) {
+                            Ok(v) => {
+                                if v != token {
+                                    tally.out_of_order.fetch_add(1, Relaxed);
+                                }
+                                break;
+                            }
+                            Err(spsc::PopTimeoutError::Timeout) => {
+                                let what = format!("pinger {p} for the reply to {token}");
+                                tally.stall(heartbeat, &what, t0, 0);
+                            }
+                            Err(spsc::PopTimeoutError::Disconnected) => {
+                                tally.early_disconnects.fetch_add(1, Relaxed);
+                                break 'run;
+                            }
+                        }
+                    }
+                    token += 1;
+                }
+                round_trips.fetch_add(token, Relaxed);
+                // Dropping ping_tx disconnects: the echo ends.
+            });
+            s.spawn(move || loop {
+                let t0 = Instant::now();
+                let v = match ping_rx.pop_timeout(PATIENCE) {
+                    Ok(v) => v,
+                    Err(spsc::PopTimeoutError::Disconnected) => break,
+                    Err(spsc::PopTimeoutError::Timeout) => {
+                        let what = format!("echo {p} for a token");
+                        tally.stall(heartbeat, &what, t0, 0);
+                        continue;
+                    }
+                };
+                let t0 = Instant::now();
+                if pong_tx.push_timeout(v, PATIENCE).is_err() {
+                    // The pinger is gone (its disconnect is counted there) or the slot stayed
+                    // full for the whole patience.
+                    if !pong_tx.is_abandoned() {
+                        let what = format!("echo {p} for space");
+                        tally.stall(heartbeat, &what, t0, 0);
+                    }
+                    break;
+                }
+            });
+        }
+    });
+    let done = round_trips.load(Relaxed);
+    eprintln!(
+        "spsc ping-pong: {pairs} pairs made {done} round trips in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        tally.out_of_order.load(Relaxed),
+        0,
+        "a reply was not the token sent"
+    );
+    assert_eq!(tally.stalls.load(Relaxed), 0, "stalls (lost wake-ups)");
+    assert_eq!(
+        tally.early_disconnects.load(Relaxed),
+        0,
+        "early disconnects"
+    );
+    assert!(done > 0);
+}
+
 #[test]
 fn mpmc_channel_stress_no_loss_no_dup_no_lost_wakeup() {
     let _alone = mpmc_alone();
