@@ -114,9 +114,9 @@ const GONE: u64 = 1;
 /// keep beside the index on each push and pop.
 ///
 /// The first ring of a process also registers the process for `membarrier`, the barrier a
-/// side issues before it sleeps (see [`SpEventCount`](crate::SpEventCount)): registering
-/// waits for an RCU grace period, milliseconds once per process, which is paid here rather
-/// than by the first wait that sleeps.
+/// side issues before it sleeps (see [`SpEventCount`]): registering waits for an RCU grace
+/// period, milliseconds once per process, which is paid here rather than by the first wait
+/// that sleeps.
 ///
 /// # Panics
 /// If `capacity` exceeds `2^62` or the slots would not fit in memory (as
