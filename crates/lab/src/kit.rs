@@ -113,8 +113,8 @@ pub fn run_together(threads: usize, cpus: Option<&[usize]>, body: impl Fn(usize)
 /// confirms it (the faster of the two counts): a cost paid once per process — lazy
 /// initialisation, or the kernel's `membarrier` registration, which waits for an RCU grace
 /// period — falls in one run only, and would otherwise size every later run to a few units (a
-/// `rings` run streamed 8-byte items at 400 ns each for that reason). Never returns less than
-/// 1 or more than `max`. Costs a few times the target in runs.
+/// `rings` run once measured the spsc ring's streaming so, thread start-up over a handful of
+/// items). Never returns less than 1 or more than `max`. Costs a few times the target in runs.
 pub fn calibrate(
     target: Duration,
     start: u64,

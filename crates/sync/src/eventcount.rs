@@ -141,9 +141,8 @@
 //! time that waiter takes to wake up and reply (learnt per process; see
 //! `SpEventCount::stretched_spin`): without it two threads handing off to each other, once
 //! one of them slept, each found its partner asleep and slept in turn, and every hand-off
-//! paid a wake-up (on a 2-vCPU Xeon guest, 10-50 µs a round trip instead of 0.4). The lab's
-//! `rings` experiment measures both sides of the trade: the idle consumer's CPU time, and
-//! ping-pong on two CPUs and on one.
+//! paid a wake-up. The lab's `rings` experiment measures both sides of the trade: the idle
+//! consumer's CPU time, and ping-pong on two CPUs and on one, beside rtrb and the channels.
 //!
 //! **Why no wake-up is lost or late.** The producer's store to `V` and its load of `S` form
 //! the store-buffering pattern: x86-TSO lets the load complete while the store still sits in
@@ -304,8 +303,8 @@ const SP_PROMPT: std::time::Duration = std::time::Duration::from_micros(250);
 #[cfg(loom)]
 const SP_PROMPT: std::time::Duration = std::time::Duration::ZERO;
 
-/// The longest *stretched* spin (see "Stretched spins" in `SpEventCount::wait_until`), and the
-/// first one's length, before any reply time has been measured.
+/// The longest *stretched* spin (see `SpEventCount::stretched_spin`), and the first one's
+/// length, before any reply time has been measured.
 #[cfg(not(loom))]
 const SP_STRETCH_MAX: std::time::Duration = std::time::Duration::from_micros(200);
 /// Stretched spins that missed in a row, after which a thread stops stretching (it probes again
@@ -325,7 +324,7 @@ static SP_REPLY_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64:
 #[cfg(not(loom))]
 thread_local! {
     /// Set when this thread's signal woke a single-producer waiter; its next wait stretches
-    /// its spin (see `SpEventCount::wait_until`).
+    /// its spin (see `SpEventCount::stretched_spin`).
     static WOKE_A_WAITER: Cell<bool> = const { Cell::new(false) };
     /// Stretched spins of this thread that missed in a row, and the chances skipped since.
     static STRETCH_MISSED: Cell<(u32, u32)> = const { Cell::new((0, 0)) };
@@ -927,7 +926,8 @@ impl SpEventCount {
     /// after the version store (it depends on a branch on the `asm` load of `S`, which itself
     /// must follow the store, since it may read it), and keeps the wake after the clear (the
     /// `asm` may read `S`); the processor drains the version store before any `lock`ed
-    /// instruction, whatever ordering Rust names.
+    /// instruction, whatever ordering Rust names. The flag it sets for stretched spins
+    /// (`WOKE_A_WAITER`) is a store into this thread's TLS block, where no ring index lives.
     #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
     #[inline(always)]
     fn wake_sleepers(&self) {
@@ -1029,11 +1029,12 @@ impl SpEventCount {
     /// **Stretched spins.** A thread whose signal just woke a waiter (its `WOKE_A_WAITER`) and
     /// now waits itself is most likely waiting for that waiter's reply: a ping-pong, or a
     /// producer the consumer woke after a full ring. The reply cannot come before the waiter's
-    /// wake-up and context switch (33 µs on a 2-vCPU Xeon guest), far past a normal spin
-    /// (`SPIN_BEFORE_FLAG` polls, about a microsecond), so this thread would go to sleep as well,
-    /// and the partner's reply would have to wake it in turn: each hand-off then pays a wake-up,
-    /// and the pair never gets out of that regime, since neither is spinning when the other
-    /// replies (the lab's two-CPU ping-pong at 10-50 µs a round trip against 0.5 µs for rtrb).
+    /// wake-up and context switch (tens of microseconds in the guests measured: the lab's
+    /// `eventcount` and `rings` wake sections), far past a normal spin (`SPIN_BEFORE_FLAG`
+    /// polls, about a microsecond), so this thread would go to sleep as well, and the partner's
+    /// reply would have to wake it in turn: each hand-off then pays a wake-up, and the pair never
+    /// gets out of that regime, since neither is spinning when the other replies (the lab's
+    /// `rings` ping-pong on two CPUs, against rtrb, shows it).
     /// Spinning once through the partner's wake-up breaks it: the reply finds this thread
     /// awake, and its next message finds the partner still spinning after its reply.
     ///
@@ -1043,9 +1044,9 @@ impl SpEventCount {
     /// length. A stretch that misses doubles the next (up to the maximum). A thread whose
     /// stretched spins miss at the maximum `SP_STRETCH_MISSES` times in a row (a pipeline
     /// stage that wakes the next stage, then waits for a slow upstream) stops stretching, and
-    /// tries again at every `SP_STRETCH_PROBE`-th chance. The stretch
-    /// begins with a `sched_yield`, for a partner that shares this CPU. Outside the protocol:
-    /// the waiter then waits as it would have.
+    /// tries again at every `SP_STRETCH_PROBE`-th chance. The stretch begins with a
+    /// `sched_yield`, for a partner that shares this CPU. Outside the protocol: the waiter then
+    /// waits as it would have.
     #[cfg(not(loom))]
     #[cold]
     fn stretched_spin(&self, old: u64, deadline: Option<Deadline>) -> Option<u64> {

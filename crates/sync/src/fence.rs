@@ -100,10 +100,10 @@
 //! barrier and the one after: about twice a lone caller's latency, and one barrier per two
 //! callers or fewer. So a leader whose barrier ended with callers asleep holds the next start
 //! for half a barrier's duration (a moving average of the leaders' own barriers, so the
-//! machine sets it): callers that arrive meanwhile share the next barrier. Callers that come one
-//! at a time never wait: only a barrier that had callers asleep sets a hold. The hold only delays a leader's CAS, and ends by the
-//! clock, so the arguments above and below are unchanged; under loom there is no clock and no
-//! hold.
+//! machine sets it): callers that arrive meanwhile share the next barrier. Callers that come
+//! one at a time never wait: only a barrier that had callers asleep sets a hold. The hold only
+//! delays a leader's CAS, and ends by the clock, so the arguments above and below are
+//! unchanged; under loom there is no clock and no hold.
 //!
 //! **Linearisation.** `heavy()` takes effect at the start of the barrier it waited for.
 //!
