@@ -27,21 +27,31 @@
 //! - `written`: version `2·tail + producer_gone`, published by the producer;
 //! - `read`: version `2·head + consumer_gone`, published by the consumer.
 //!
-//! `tail` and `head` count items pushed and popped (modulo 2^63). The slot array has a power
-//! of two of slots, `S ≥ capacity`, and slot `i mod S` holds item `i` (2^63 is a multiple of
-//! `S`, so this survives the indices' wrap): a position is an index masked, with no counter of
-//! its own to keep. Each side also keeps, in its own handle, its index and the last index it
-//! saw of the other side (`cached_head` / `cached_tail`), so it reads the other side's cache
-//! line only when its cached view says the ring is full (producer) or empty (consumer).
+//! `tail` and `head` count items pushed and popped: modulo 2^64 in the handles, modulo 2^63 in
+//! the versions (the shift drops the top bit). The slot array has a power of two of slots,
+//! `S ≥ capacity`, and slot `i mod S` holds item `i` (2^63 is a multiple of `S`, so this
+//! survives the indices' wrap): a position is an index masked, with no counter of its own to
+//! keep. Each side also keeps, in its own handle, its index and what it last saw of the other
+//! side: the producer its `limit` (the head seen, plus the capacity: the index the ring is
+//! full at), the consumer its `cached_tail`. So a side reads the other side's cache line only
+//! when its cached view says the ring is full (producer) or empty (consumer), and its fast
+//! path is one comparison of two words of its own. A fresh look turns the other side's 63-bit
+//! index into a full one by the distance between them, which is at most the capacity.
 //!
 //! ```text
 //! try_push(x):                                   try_pop():
-//!   if tail - cached_head == capacity:             if head == cached_tail:
-//!       r = read.value(); cached_head = r >> 1         w = written.value(); cached_tail = w >> 1
+//!   if tail == limit:                              if head == cached_tail:
+//!       r = read.value()                               w = written.value()
+//!       limit = tail + capacity - (2·tail - r)/2       cached_tail = head + (w - 2·head)/2
 //!       still full → Full (Disconnected if r & 1)      still empty → Empty (Disconnected if w & 1)
 //!   slot[tail mod S] = x                           x = slot[head mod S]
 //!   tail += 1; written.publish(2·tail)             head += 1; read.publish(2·head)
 //! ```
+//!
+//! (The differences are taken on versions with the gone bit cleared, modulo 2^64, and halved:
+//! the distance modulo 2^63.) The blocking forms take the same fast path, and wait only when
+//! a fresh look still finds the ring full or empty, in functions that are given the shared
+//! ring and an index, never the handle (see `wait_for_room`).
 //!
 //! **Invariants.** `head ≤ tail ≤ head + capacity` (modulo 2^63): the producer writes slot
 //! `tail` only after seeing `head > tail - capacity`, so that slot's previous item has been
@@ -84,11 +94,16 @@
 //! count (the other side has work then): once the consumer stops sleeping, pushes stay fenced
 //! until it waits again or the producer finds the ring full.
 //!
+//! The slot array starts on a 128-byte boundary, so that an item of 64 bytes (or a multiple)
+//! fills whole cache lines: the consumer reading one item never shares a line with the item
+//! the producer is writing next.
+//!
 //! [`eventcount`]: crate::eventcount
 
-use std::cell::UnsafeCell;
+use std::alloc::Layout;
 use std::marker::PhantomData;
 use std::mem::{ManuallyDrop, MaybeUninit};
+use std::ptr::NonNull;
 use std::time::Duration;
 
 use crate::eventcount::SpEventCount;
@@ -103,6 +118,12 @@ crate::channel::errors! {
 /// Indices live in bits 1..64 of a version: they count modulo 2^63.
 const INDEX_MASK: u64 = u64::MAX >> 1;
 const GONE: u64 = 1;
+
+/// The version that publishes index `i` (modulo 2^63).
+#[inline(always)]
+fn version(i: u64) -> u64 {
+    i << 1
+}
 
 /// A new ring that holds up to `capacity` items: its producer and its consumer. A ring of
 /// capacity 0 is accepted, as rtrb accepts one: it is always full and always empty
@@ -121,32 +142,31 @@ const GONE: u64 = 1;
 /// # Panics
 /// If `capacity` exceeds `2^62` or the slots would not fit in memory (as
 /// `Vec::with_capacity` does).
+#[inline]
 pub fn ring<T>(capacity: usize) -> (Producer<T>, Consumer<T>) {
-    assert!(
-        capacity <= 1 << 62,
-        "spsc::ring: capacity {capacity} exceeds 2^62"
-    );
-    SpEventCount::prepare_barrier();
-    let slots: Box<[UnsafeCell<MaybeUninit<T>>]> = (0..capacity.next_power_of_two())
-        .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
-        .collect();
-    let shared = Arc::new(Shared {
-        written: CachePadded(SpEventCount::new()),
-        read: CachePadded(SpEventCount::new()),
-        capacity,
-        slots,
-    });
+    ring_at(capacity, 0)
+}
+
+/// A ring whose indices start at `start` rather than 0 (the tests start them near the points
+/// where they wrap: 2^63 in the versions, 2^64 in the handles).
+///
+/// Inline, with the allocation out of line: the handles are then made in the caller's frame
+/// from values in registers. Returned through memory by a call, their address would escape to
+/// that call, and the compiler would keep their indices in memory around every push and pop.
+#[inline]
+fn ring_at<T>(capacity: usize, start: u64) -> (Producer<T>, Consumer<T>) {
+    let shared = Shared::<T>::new(capacity, start);
     (
         Producer {
+            tail: start,
+            limit: start.wrapping_add(capacity as u64),
             shared: ManuallyDrop::new(shared.clone()),
-            tail: 0,
-            cached_head: 0,
             _not_sync: PhantomData,
         },
         Consumer {
+            head: start,
+            cached_tail: start,
             shared: ManuallyDrop::new(shared),
-            head: 0,
-            cached_tail: 0,
             _not_sync: PhantomData,
         },
     )
@@ -158,7 +178,59 @@ struct Shared<T> {
     /// The most items the ring holds (at most `slots.len()`).
     capacity: usize,
     /// A power of two of slots (one slot, unused, for capacity 0).
-    slots: Box<[UnsafeCell<MaybeUninit<T>>]>,
+    slots: Slots<T>,
+}
+
+/// The slot array: `len` uninitialised `T`s, starting on a 128-byte boundary (two cache lines,
+/// as `CachePadded`), so that an item whose size is a multiple of 64 bytes takes whole cache
+/// lines of its own. From a `Vec` (aligned to `T` only) a 64-byte item straddles two lines,
+/// one of them shared with the next item, which the producer is writing while the consumer
+/// reads this one.
+struct Slots<T> {
+    ptr: NonNull<MaybeUninit<T>>,
+    len: usize,
+}
+
+impl<T> Slots<T> {
+    /// The alignment of the slot array.
+    const ALIGN: usize = 128;
+
+    fn layout(len: usize) -> Layout {
+        Layout::array::<T>(len)
+            .and_then(|l| l.align_to(Self::ALIGN))
+            .unwrap_or_else(|_| panic!("spsc::ring: {len} slots do not fit in memory"))
+    }
+
+    /// `len > 0` slots.
+    fn new(len: usize) -> Slots<T> {
+        let layout = Self::layout(len);
+        let ptr = if layout.size() == 0 {
+            NonNull::dangling() // zero-sized items: nothing to allocate
+        } else {
+            // SAFETY: the layout's size is not zero.
+            let p = unsafe { std::alloc::alloc(layout) };
+            match NonNull::new(p.cast()) {
+                Some(p) => p,
+                None => std::alloc::handle_alloc_error(layout),
+            }
+        };
+        Slots { ptr, len }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl<T> Drop for Slots<T> {
+    fn drop(&mut self) {
+        let layout = Self::layout(self.len);
+        if layout.size() != 0 {
+            // SAFETY: allocated in `new` with this layout; the items were dropped (or moved
+            // out) by the ring before.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), layout) };
+        }
+    }
 }
 
 // SAFETY: items move from the producer's thread to the consumer's (T: Send); each slot is
@@ -168,6 +240,29 @@ unsafe impl<T: Send> Send for Shared<T> {}
 unsafe impl<T: Send> Sync for Shared<T> {}
 
 impl<T> Shared<T> {
+    /// The shared part of a ring of `capacity` whose indices start at `start`.
+    #[inline(never)]
+    fn new(capacity: usize, start: u64) -> Arc<Shared<T>> {
+        assert!(
+            capacity <= 1 << 62,
+            "spsc::ring: capacity {capacity} exceeds 2^62"
+        );
+        SpEventCount::prepare_barrier();
+        let slots = Slots::new(capacity.next_power_of_two());
+        let shared = Arc::new(Shared {
+            written: CachePadded(SpEventCount::new()),
+            read: CachePadded(SpEventCount::new()),
+            capacity,
+            slots,
+        });
+        if start != 0 {
+            // Nobody else holds the ring yet: this thread may publish on both counts.
+            shared.written.publish(version(start));
+            shared.read.publish(version(start));
+        }
+        shared
+    }
+
     fn capacity(&self) -> usize {
         self.capacity
     }
@@ -178,12 +273,11 @@ impl<T> Shared<T> {
         index as usize & (self.slots.len() - 1)
     }
 
-    /// The first slot, as a raw pointer valid for the whole array (derived from the slice, not
-    /// from one element, so that chunks may offset it: Miri's Stacked Borrows caught the
-    /// per-element version). `UnsafeCell<MaybeUninit<T>>` has `T`'s layout.
+    /// The first slot, as a raw pointer valid for the whole array (the allocation's own
+    /// pointer, so that chunks and the handles may offset it).
     #[inline]
     fn base(&self) -> *mut MaybeUninit<T> {
-        UnsafeCell::raw_get(self.slots.as_ptr())
+        self.slots.ptr.as_ptr()
     }
 
     /// The `n ≤ capacity` slots of items `index..index + n`, as raw runs (start and length of
@@ -222,23 +316,24 @@ impl<T> Drop for Shared<T> {
 
 /// The writing side of an [`spsc` ring](ring): `Send`, neither `Clone` nor `Sync`.
 pub struct Producer<T> {
+    /// Items pushed (modulo 2^64; the version keeps it modulo 2^63).
+    tail: u64,
+    /// The index the ring is full at, by the consumer's head as last seen: that head plus
+    /// the capacity.
+    limit: u64,
     /// Dropped by hand, moved out first (see `Drop`).
     shared: ManuallyDrop<Arc<Shared<T>>>,
-    /// Items pushed (modulo 2^63).
-    tail: u64,
-    /// The consumer's head as last seen.
-    cached_head: u64,
     _not_sync: PhantomData<std::cell::Cell<()>>,
 }
 
 /// The reading side of an [`spsc` ring](ring): `Send`, neither `Clone` nor `Sync`.
 pub struct Consumer<T> {
-    /// Dropped by hand, moved out first (see `Drop`).
-    shared: ManuallyDrop<Arc<Shared<T>>>,
-    /// Items popped (modulo 2^63).
+    /// Items popped (modulo 2^64; the version keeps it modulo 2^63).
     head: u64,
     /// The producer's tail as last seen.
     cached_tail: u64,
+    /// Dropped by hand, moved out first (see `Drop`).
+    shared: ManuallyDrop<Arc<Shared<T>>>,
     _not_sync: PhantomData<std::cell::Cell<()>>,
 }
 
@@ -253,31 +348,96 @@ enum Stopped {
     Timeout,
 }
 
-/// Block until the other side's index in `ec` is no longer `index` (what this side last saw,
-/// and found the ring full or empty at). `Ok` when it moved (or had already moved), `Gone`
-/// when it still stands and the other side is gone, `Timeout` at the deadline.
+/// The producer's limit (the index the ring is full at) by a fresh look at the consumer's
+/// head, for a producer at `tail`; and whether the consumer is gone.
+#[inline]
+fn room<T>(shared: &Shared<T>, tail: u64) -> (u64, bool) {
+    let r = shared.read.value();
+    // The head lies at most `capacity` behind the tail; the difference is taken modulo 2^63
+    // as versions hold them (shifted, so that no 63-bit mask takes a register).
+    let used = version(tail).wrapping_sub(r & !GONE) >> 1;
+    let free = shared.capacity() as u64 - used;
+    (tail.wrapping_add(free), r & GONE != 0)
+}
+
+/// The producer's tail by a fresh look, for a consumer at `head`; and whether the producer is
+/// gone.
+#[inline]
+fn items<T>(shared: &Shared<T>, head: u64) -> (u64, bool) {
+    let w = shared.written.value();
+    // At most `capacity` ahead of the head (modulo 2^63, as in `room`).
+    let ready = (w & !GONE).wrapping_sub(version(head)) >> 1;
+    (head.wrapping_add(ready), w & GONE != 0)
+}
+
+/// Block until item `tail` has a free slot: the new limit, or why not.
 ///
-/// A free function of the event count and an index on purpose: the blocking paths pass it
-/// nothing of the handle, so the handle's address never escapes the caller's loop and the
-/// compiler keeps its fields in registers across the `Acquire` loads of the fast path (with
-/// `&mut self` passed to a cold function, push + pop on one thread cost 2.2 ns against
-/// rtrb's 1.7 on Zen 5, the fields going through the stack each time).
+/// This and `wait_for_items` are free functions of the shared ring and an index on purpose:
+/// the blocking paths pass them nothing of the handle, so the handle's address never escapes
+/// the caller's loop and the compiler keeps its fields in registers around the fast path
+/// (with `&mut self` passed to a cold function, push + pop on one thread cost 2.2 ns against
+/// rtrb's 1.7 on Zen 5, the fields going through the stack each time). And the handle's
+/// methods stay small enough to inline.
+#[cold]
+#[inline(never)]
+fn wait_for_room<T>(
+    shared: &Shared<T>,
+    tail: u64,
+    deadline: Option<Deadline>,
+) -> Result<u64, Stopped> {
+    loop {
+        let (limit, gone) = room(shared, tail);
+        if limit != tail {
+            return Ok(limit);
+        }
+        if gone {
+            return Err(Stopped::Gone);
+        }
+        // Full: wait for the head (`tail - capacity`) to move.
+        let head = tail.wrapping_sub(shared.capacity() as u64);
+        wait_off(&shared.read, &shared.written, version(head), deadline)?;
+    }
+}
+
+/// Block until item `head` is in the ring: the new cached tail, or why not.
+#[cold]
+#[inline(never)]
+fn wait_for_items<T>(
+    shared: &Shared<T>,
+    head: u64,
+    deadline: Option<Deadline>,
+) -> Result<u64, Stopped> {
+    loop {
+        let (tail, gone) = items(shared, head);
+        if tail != head {
+            return Ok(tail);
+        }
+        if gone {
+            return Err(Stopped::Gone);
+        }
+        wait_off(&shared.written, &shared.read, version(head), deadline)?;
+    }
+}
+
+/// Block until the other side's index in `ec` is no longer the one of version `at` (what this
+/// side last saw, and found the ring full or empty at; its gone bit ignored). `Ok` when it
+/// moved (or had already moved), `Gone` when it still stands and the other side is gone,
+/// `Timeout` at the deadline.
 ///
 /// `other` is the other side's count: about to wait, this side withdraws a request for fenced
 /// signals left there (the other side has work: the ring is full or empty), so that its
 /// signals do not stay fenced once it stops sleeping. Here, not in the caller: a second call
 /// on the caller's path nearly doubled the time per item of the lab's `rings` stream section
 /// (8-byte items between two CPUs, on the Zen 4 guest).
-#[cold]
-#[inline(never)]
+#[inline]
 fn wait_off(
     ec: &SpEventCount,
     other: &SpEventCount,
-    index: u64,
+    at: u64,
     deadline: Option<Deadline>,
 ) -> Result<(), Stopped> {
     let seen = ec.value();
-    if seen >> 1 != index {
+    if seen & !GONE != at & !GONE {
         return Ok(());
     }
     if seen & GONE != 0 {
@@ -350,30 +510,41 @@ impl<T> Producer<T> {
     /// consumer is gone (known only when it reloaded).
     #[inline]
     fn free(&mut self, want: usize) -> (usize, bool) {
-        let cap = self.capacity() as u64;
-        let used = self.tail.wrapping_sub(self.cached_head) & INDEX_MASK;
-        if cap - used >= want as u64 {
-            return ((cap - used) as usize, false);
+        let free = self.limit.wrapping_sub(self.tail);
+        if free >= want as u64 {
+            return (free as usize, false);
         }
-        let r = self.shared.read.value();
-        self.cached_head = r >> 1;
-        let used = self.tail.wrapping_sub(self.cached_head) & INDEX_MASK;
-        ((cap - used) as usize, r & GONE != 0)
+        let (limit, gone) = room(&self.shared, self.tail);
+        self.limit = limit;
+        (limit.wrapping_sub(self.tail) as usize, gone)
     }
 
     /// Push without blocking.
     #[inline]
     pub fn try_push(&mut self, value: T) -> Result<(), TryPushError<T>> {
-        match self.free(1) {
-            (0, true) => return Err(TryPushError::Disconnected(value)),
-            (0, false) => return Err(TryPushError::Full(value)),
-            _ => {}
+        if self.tail == self.limit {
+            let (limit, gone) = room(&self.shared, self.tail);
+            self.limit = limit;
+            if limit == self.tail {
+                return Err(if gone {
+                    TryPushError::Disconnected(value)
+                } else {
+                    TryPushError::Full(value)
+                });
+            }
         }
+        self.write_and_publish(value);
+        Ok(())
+    }
+
+    /// Write item `tail` and publish it. The caller saw `tail != limit`.
+    #[inline(always)]
+    fn write_and_publish(&mut self, value: T) {
+        debug_assert!(self.tail != self.limit);
         // SAFETY: item `tail`'s slot is free (head > tail - capacity was seen with Acquire).
         unsafe { (*self.shared.slot(self.shared.position(self.tail))).write(value) };
-        self.tail = self.tail.wrapping_add(1) & INDEX_MASK;
-        self.shared.written.publish(self.tail << 1);
-        Ok(())
+        self.tail = self.tail.wrapping_add(1);
+        self.shared.written.publish(version(self.tail));
     }
 
     /// Push, blocking while the ring is full. Fails only when the consumer is gone.
@@ -393,29 +564,27 @@ impl<T> Producer<T> {
     #[inline]
     pub fn push_deadline(
         &mut self,
-        mut value: T,
+        value: T,
         deadline: Option<Deadline>,
     ) -> Result<(), PushTimeoutError<T>> {
-        loop {
-            match self.try_push(value) {
-                Ok(()) => return Ok(()),
-                Err(TryPushError::Disconnected(v)) => {
-                    return Err(PushTimeoutError::Disconnected(v))
-                }
-                Err(TryPushError::Full(v)) => value = v,
-            }
-            // `try_push` reloaded the head and found the ring full: wait for it to move.
-            match wait_off(
-                &self.shared.read,
-                &self.shared.written,
-                self.cached_head,
-                deadline,
-            ) {
-                Ok(()) => {}
+        // Wait for a free slot first and move the value only then, once, into it: a value
+        // moved in and out of `try_push`'s result on each try goes through the stack several
+        // times, and those stores compete for the store buffer with the slot's (lab `rings`,
+        // 64-byte items).
+        if self.tail == self.limit {
+            // A fresh look at the head, inline (on one thread the cached one is always
+            // stale), and only then the cold path that waits.
+            self.limit = room(&self.shared, self.tail).0;
+        }
+        if self.tail == self.limit {
+            match wait_for_room(&self.shared, self.tail, deadline) {
+                Ok(limit) => self.limit = limit,
                 Err(Stopped::Gone) => return Err(PushTimeoutError::Disconnected(value)),
                 Err(Stopped::Timeout) => return Err(PushTimeoutError::Timeout(value)),
             }
         }
+        self.write_and_publish(value);
+        Ok(())
     }
 
     /// Up to `n` free slots to write in place, as at most two slices (the ring wraps).
@@ -477,15 +646,15 @@ impl<T> Producer<T> {
         if n == 0 {
             return;
         }
-        self.tail = self.tail.wrapping_add(n as u64) & INDEX_MASK;
-        self.shared.written.publish(self.tail << 1);
+        self.tail = self.tail.wrapping_add(n as u64);
+        self.shared.written.publish(version(self.tail));
     }
 }
 
 impl<T> Drop for Producer<T> {
     fn drop(&mut self) {
         // The gone bit wakes a consumer blocked on `written`.
-        self.shared.written.publish((self.tail << 1) | GONE);
+        self.shared.written.publish(version(self.tail) | GONE);
         // Dropping the `Arc` in place would hand `Arc::drop_slow` the address of this handle,
         // which then counts as escaped in the caller's whole function: the compiler would keep
         // the handle's fields in memory, not registers, around every push. Moved out first, the
@@ -678,7 +847,7 @@ impl<T> Consumer<T> {
     /// not the producer is gone), as rtrb's `peek`.
     pub fn peek(&self) -> Result<&T, PeekError> {
         let tail = self.shared.written.value() >> 1;
-        if tail == self.head {
+        if tail == self.head & INDEX_MASK {
             return Err(PeekError::Empty);
         }
         // SAFETY: item `head`'s slot holds it, written before the version loaded above with
@@ -691,31 +860,43 @@ impl<T> Consumer<T> {
     /// producer is gone (known only when it reloaded).
     #[inline]
     fn available(&mut self, want: usize) -> (usize, bool) {
-        let ready = self.cached_tail.wrapping_sub(self.head) & INDEX_MASK;
+        let ready = self.cached_tail.wrapping_sub(self.head);
         if ready >= want as u64 {
             return (ready as usize, false);
         }
-        let w = self.shared.written.value();
-        self.cached_tail = w >> 1;
-        let ready = self.cached_tail.wrapping_sub(self.head) & INDEX_MASK;
-        (ready as usize, w & GONE != 0)
+        let (tail, gone) = items(&self.shared, self.head);
+        self.cached_tail = tail;
+        (tail.wrapping_sub(self.head) as usize, gone)
     }
 
     /// Pop without blocking.
     #[inline]
     pub fn try_pop(&mut self) -> Result<T, TryPopError> {
-        match self.available(1) {
-            (0, true) => return Err(TryPopError::Disconnected),
-            (0, false) => return Err(TryPopError::Empty),
-            _ => {}
+        if self.head == self.cached_tail {
+            let (tail, gone) = items(&self.shared, self.head);
+            self.cached_tail = tail;
+            if tail == self.head {
+                return Err(if gone {
+                    TryPopError::Disconnected
+                } else {
+                    TryPopError::Empty
+                });
+            }
         }
+        Ok(self.read_and_publish())
+    }
+
+    /// Move item `head` out and publish its slot as free. The caller saw `head != cached_tail`.
+    #[inline(always)]
+    fn read_and_publish(&mut self) -> T {
+        debug_assert!(self.head != self.cached_tail);
         // SAFETY: item `head`'s slot holds it, written before the version we loaded with
         // Acquire; moving it out leaves the slot free for the producer after our publish.
         let value =
             unsafe { (*self.shared.slot(self.shared.position(self.head))).assume_init_read() };
-        self.head = self.head.wrapping_add(1) & INDEX_MASK;
-        self.shared.read.publish(self.head << 1);
-        Ok(value)
+        self.head = self.head.wrapping_add(1);
+        self.shared.read.publish(version(self.head));
+        value
     }
 
     /// Pop, blocking while the ring is empty. Fails only when the producer is gone and every
@@ -733,19 +914,18 @@ impl<T> Consumer<T> {
     /// Pop, blocking while the ring is empty until `deadline` (`None`: no deadline).
     #[inline]
     pub fn pop_deadline(&mut self, deadline: Option<Deadline>) -> Result<T, PopTimeoutError> {
-        loop {
-            match self.try_pop() {
-                Ok(v) => return Ok(v),
-                Err(TryPopError::Disconnected) => return Err(PopTimeoutError::Disconnected),
-                Err(TryPopError::Empty) => {}
-            }
-            // `try_pop` reloaded the tail and found the ring empty: wait for it to move.
-            match wait_off(&self.shared.written, &self.shared.read, self.head, deadline) {
-                Ok(()) => {}
+        if self.head == self.cached_tail {
+            // As in `push_deadline`: a fresh look inline first, the cold path only if empty.
+            self.cached_tail = items(&self.shared, self.head).0;
+        }
+        if self.head == self.cached_tail {
+            match wait_for_items(&self.shared, self.head, deadline) {
+                Ok(tail) => self.cached_tail = tail,
                 Err(Stopped::Gone) => return Err(PopTimeoutError::Disconnected),
                 Err(Stopped::Timeout) => return Err(PopTimeoutError::Timeout),
             }
         }
+        Ok(self.read_and_publish())
     }
 
     /// Up to `n` readable items to read in place, as at most two slices (the ring wraps).
@@ -782,8 +962,8 @@ impl<T> Consumer<T> {
         if n == 0 {
             return;
         }
-        self.head = self.head.wrapping_add(n as u64) & INDEX_MASK;
-        self.shared.read.publish(self.head << 1);
+        self.head = self.head.wrapping_add(n as u64);
+        self.shared.read.publish(version(self.head));
     }
 }
 
@@ -791,7 +971,7 @@ impl<T> Drop for Consumer<T> {
     fn drop(&mut self) {
         // The gone bit wakes a producer blocked on `read`; the items left are dropped with
         // the ring.
-        self.shared.read.publish((self.head << 1) | GONE);
+        self.shared.read.publish(version(self.head) | GONE);
         // SAFETY: `shared` is not used again; as in `Producer`'s drop.
         drop(unsafe { ManuallyDrop::take(&mut self.shared) });
     }
@@ -939,6 +1119,63 @@ impl<T> std::fmt::Debug for Consumer<T> {
 mod tests {
     use super::*;
     use std::rc::Rc;
+
+    /// Indices wrap twice: modulo 2^63 in the versions, modulo 2^64 in the handles. Rings
+    /// started just before each point push and pop across it, by single items, slices and
+    /// chunks, with `len`, `slots` and fullness right at every step, and the items left at
+    /// the end dropped once each.
+    #[test]
+    fn spsc_indices_wrap_in_versions_and_handles() {
+        for start in [(1u64 << 63) - 5, u64::MAX - 4, u64::MAX] {
+            let (mut tx, mut rx) = ring_at::<Rc<u64>>(4, start);
+            let live = Rc::new(0);
+            let mut next = 0u64;
+            let mut expect = 0u64;
+            for round in 0..12 {
+                let n = 1 + round % 4;
+                for _ in 0..n {
+                    tx.try_push(Rc::new(next)).unwrap();
+                    next += 1;
+                }
+                assert_eq!(tx.len(), n);
+                assert_eq!(rx.len(), n);
+                assert_eq!(tx.slots(), 4 - n);
+                assert_eq!(tx.is_full(), n == 4);
+                if n == 4 {
+                    assert!(matches!(
+                        tx.try_push(Rc::new(99)),
+                        Err(TryPushError::Full(_))
+                    ));
+                }
+                for _ in 0..n {
+                    assert_eq!(*rx.try_pop().unwrap(), expect);
+                    expect += 1;
+                }
+                assert_eq!(rx.try_pop(), Err(TryPopError::Empty));
+                assert!(tx.is_empty() && rx.is_empty());
+            }
+            let (mut tx2, mut rx2) = ring_at::<u64>(4, start);
+            for k in 0..8u64 {
+                assert_eq!(tx2.push_slice(&[k, k + 1, k + 2]), 3);
+                let mut out = [0; 3];
+                assert_eq!(rx2.pop_slice(&mut out), 3);
+                assert_eq!(out, [k, k + 1, k + 2]);
+            }
+            // Blocking on both sides across the wrap: a ring of 2 between two threads.
+            let (mut tx3, mut rx3) = ring_at::<u64>(2, start);
+            let consumer =
+                std::thread::spawn(move || (0..1000).map(|_| rx3.pop().unwrap()).sum::<u64>());
+            (0..1000).for_each(|k| tx3.push(k).unwrap());
+            assert_eq!(consumer.join().unwrap(), 999 * 1000 / 2);
+            // Items left in the ring at the end are dropped, once each.
+            for _ in 0..3 {
+                tx.try_push(live.clone()).unwrap();
+            }
+            assert_eq!(Rc::strong_count(&live), 4);
+            drop((tx, rx));
+            assert_eq!(Rc::strong_count(&live), 1);
+        }
+    }
 
     /// A ring of capacity 0, as rtrb's: always full, always empty; blocking forms wait for
     /// their deadline or for the other side to go.
