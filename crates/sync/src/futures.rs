@@ -5,27 +5,30 @@
 //!
 //! # Protocol
 //!
-//! An async operation is a [`Select`](crate::mpmc::Select) of one operation whose context wakes
-//! a task instead of a thread:
+//! An async operation is a [`Select`](crate::mpmc::Select) of one operation that waits as a
+//! *task entry* on the side's observer list (a key and the task's waker, see `Observers`)
+//! instead of a context:
 //!
 //! ```text
 //! poll:
 //!   try to claim the operation (the select's try phase) → claimed: unwatch; complete it, Ready
 //!                                                        → in flight: unwatch; wake own task,
 //!                                                          Pending
-//!   first time: ctx = a context holding the task's waker; watch: ctx on the side's observer
-//!               list, then the side's waiting flag (a rendezvous: its watch list of tasks
-//!               wanting a partner)
-//!   again:      the task's waker into ctx, then the flag set again (a waking operation
-//!               cleared it; the context stayed on the list)
+//!   no entry, or a notification took it, or the task's waker changed:
+//!               register: an entry with the waker on the side's observer list, then the
+//!               side's waiting flag (a rendezvous: its watch list of tasks wanting a partner,
+//!               no flag)
+//!   entry still there, same waker: set the flag again
 //!   ready already (judged after watching) → wake own task;  Pending
-//! drop: unwatch
+//! drop: unwatch (withdraw the entry unless a notification took it: one load)
 //! ```
 //!
-//! **Why no wake-up is lost**: the argument of a blocked select (`select.rs`). An operation of
-//! the other side that comes after the watch finds the flag (or the queued partner's watch
-//! list) and wakes every context on the list; one that came before is seen by the readiness
-//! check, and the task wakes itself to be polled again.
+//! **Why no wake-up is lost**: the argument of a blocked select (`select.rs`): the entry is on
+//! the list before the flag is set. An operation of the other side that comes after the watch
+//! finds the flag (or the queued partner's watch list) and takes every entry on the list,
+//! waking each task once; one that came before is seen by the readiness check, and the task
+//! wakes itself to be polled again. A woken task whose operation still cannot proceed
+//! registers again, then checks again, as the first time.
 //!
 //! **Cancellation.** A dropped future loses nothing: a receive claims only inside `poll` and
 //! completes there; a watch commits to nothing. The one exception to "claims only in `poll`"
@@ -54,9 +57,8 @@ use std::task::{Context, Poll};
 use crate::mpmc::{
     complete_recv, complete_send, Blocked, Flavor, Receiver, RecvError, SendError, Sender,
 };
-use crate::primitives::Arc;
 use crate::rendezvous::QueuedSend;
-use crate::select::{Attempt, Ctx, Handle, Token};
+use crate::select::{Attempt, Handle, Token};
 
 /// [`Sender::send_async`]: resolves when the value is in the channel (or, on a rendezvous,
 /// handed to a receiver), or hands it back if every receiver is gone.
@@ -64,7 +66,7 @@ use crate::select::{Attempt, Ctx, Handle, Token};
 pub struct SendFut<'a, T> {
     tx: &'a Sender<T>,
     value: Option<T>,
-    watching: Option<Arc<Ctx>>,
+    watching: Option<u64>,
     queued: Option<QueuedSend<T>>,
 }
 
@@ -73,7 +75,7 @@ pub struct SendFut<'a, T> {
 #[must_use = "futures do nothing unless polled"]
 pub struct RecvFut<'a, T> {
     rx: &'a Receiver<T>,
-    watching: Option<Arc<Ctx>>,
+    watching: Option<u64>,
 }
 
 // Neither future pins anything: the value is moved, never borrowed across polls.
@@ -138,7 +140,7 @@ impl<T> Receiver<T> {
 #[must_use = "streams do nothing unless polled"]
 pub struct RecvStream<'a, T> {
     rx: &'a Receiver<T>,
-    watching: Option<Arc<Ctx>>,
+    watching: Option<u64>,
 }
 
 #[cfg(feature = "futures-core")]
@@ -160,59 +162,20 @@ impl<T> Drop for RecvStream<'_, T> {
     }
 }
 
-fn unwatch<T>(flavor: &Flavor<T>, send: bool, watching: &mut Option<Arc<Ctx>>) {
-    if let Some(ctx) = watching.take() {
-        flavor.unwatch(send, &ctx);
-        recycle(ctx);
+/// Withdraws the task's entry, if it has one a notification did not take.
+fn unwatch<T>(flavor: &Flavor<T>, send: bool, watching: &mut Option<u64>) {
+    if let Some(key) = watching.take() {
+        flavor.unwatch_task(send, key);
     }
 }
 
-// A watching context, once off its list, is kept for the thread's next watch: a task that
-// awaits a receive in a loop would otherwise allocate one per `recv_async`. A watch context is
-// never selected (only woken), so any one serves; one still held by a notifier that is about
-// to wake it (strong count above 1) is not kept, so no wake-up lands on a later watch.
-#[cfg(not(loom))]
-thread_local! {
-    static SPARE: std::cell::Cell<Option<Arc<Ctx>>> = const { std::cell::Cell::new(None) };
-}
-
-/// A context for the task `cx` belongs to: the thread's spare, or a new one. (`try_with`: a
-/// future may be polled or dropped by another thread-local's destructor, after `SPARE`'s.)
-fn task_ctx(cx: &Context<'_>) -> Arc<Ctx> {
-    #[cfg(not(loom))]
-    if let Ok(Some(ctx)) = SPARE.try_with(std::cell::Cell::take) {
-        ctx.set_waker(cx.waker());
-        return ctx;
-    }
-    Ctx::for_task(cx.waker())
-}
-
-/// A context off every list: kept as the thread's spare if nobody else holds it, without its
-/// waker (which would keep a finished task alive).
-fn recycle(ctx: Arc<Ctx>) {
-    #[cfg(not(loom))]
-    if Arc::strong_count(&ctx) == 1 {
-        ctx.clear_waker();
-        // Dropped instead if the thread-local is gone (the thread is exiting).
-        let _ = SPARE.try_with(|s| s.set(Some(ctx)));
-    }
-    #[cfg(loom)]
-    drop(ctx);
-}
-
-/// Watches the operation for the task (registering it, or, if it still is, updating its
-/// waker and setting the flag again); wakes it at once if the operation is ready already.
-fn watch<T>(flavor: &Flavor<T>, send: bool, watching: &mut Option<Arc<Ctx>>, cx: &Context<'_>) {
-    match watching {
-        Some(ctx) => {
-            ctx.set_waker(cx.waker());
-            flavor.rearm(send);
-        }
-        None => {
-            let ctx = task_ctx(cx);
-            flavor.watch(send, &ctx);
-            *watching = Some(ctx);
-        }
+/// Watches the operation for the task: registers it (an entry with its waker, then the side's
+/// flag), or, if its entry still stands with the same waker, sets the flag again; wakes it at
+/// once if the operation is ready already.
+fn watch<T>(flavor: &Flavor<T>, send: bool, watching: &mut Option<u64>, cx: &Context<'_>) {
+    match *watching {
+        Some(key) if flavor.renew_task(send, key, cx.waker()) => flavor.rearm(send),
+        _ => *watching = flavor.watch_task(send, cx.waker()),
     }
     if flavor.is_ready(send, None) {
         cx.waker().wake_by_ref();
@@ -221,7 +184,7 @@ fn watch<T>(flavor: &Flavor<T>, send: bool, watching: &mut Option<Arc<Ctx>>, cx:
 
 fn poll_recv<T>(
     flavor: &Flavor<T>,
-    watching: &mut Option<Arc<Ctx>>,
+    watching: &mut Option<u64>,
     cx: &mut Context<'_>,
 ) -> Poll<Result<T, RecvError>> {
     // The bounded channel's own receive first: the claim and completion in one, inlined.
@@ -363,6 +326,38 @@ mod loom_models {
             let t = thread::spawn(move || tx.send(3).unwrap());
             assert_eq!(loom::future::block_on(rx.recv_async()), Ok(3));
             t.join().unwrap();
+        });
+    }
+
+    /// Two async receives in a row against two sends from another thread: the first
+    /// receive's entry, taken by a notification, is not withdrawn twice, and the second
+    /// receive registers anew (the keys and `taken_below` of `Observers`).
+    #[test]
+    fn async_recv_registers_again_after_a_notification() {
+        model(|| {
+            let (tx, rx) = channel::<u32>(1);
+            let _keep = tx.clone();
+            let t = thread::spawn(move || {
+                tx.send(1).unwrap();
+                tx.send(2).unwrap();
+            });
+            assert_eq!(loom::future::block_on(rx.recv_async()), Ok(1));
+            assert_eq!(loom::future::block_on(rx.recv_async()), Ok(2));
+            t.join().unwrap();
+        });
+    }
+
+    /// An async send waiting on a full bounded channel is woken by the sync receive that makes
+    /// room.
+    #[test]
+    fn async_send_is_woken_by_a_sync_recv() {
+        model(|| {
+            let (tx, rx) = channel::<u32>(1);
+            tx.send(1).unwrap();
+            let _keep = rx.clone();
+            let t = thread::spawn(move || rx.recv().unwrap());
+            loom::future::block_on(tx.send_async(2)).unwrap();
+            assert_eq!(t.join().unwrap(), 1);
         });
     }
 

@@ -443,6 +443,11 @@ impl<T> Chan<T> {
         self.tail.index.fetch_or(RECEIVERS_WAIT, SeqCst);
     }
 
+    /// The observer list of receives waiting for a value.
+    pub(crate) fn recv_watchers(&self) -> &Observers {
+        &self.recv_select
+    }
+
     /// A watch that stays registered: set the flag again.
     pub(crate) fn rearm(&self) {
         self.tail.index.fetch_or(RECEIVERS_WAIT, SeqCst);

@@ -739,6 +739,39 @@ impl<T> Flavor<T> {
         }
     }
 
+    /// The list an async operation waiting for operation `send` registers on (`None`: an
+    /// unbounded send, which never waits).
+    fn task_list(&self, send: bool) -> Option<&Observers> {
+        match (self, send) {
+            (Flavor::Array(c), true) => Some(&c.send_select),
+            (Flavor::Array(c), false) => Some(&c.recv_select),
+            (Flavor::List(_), true) => None,
+            (Flavor::List(c), false) => Some(c.recv_watchers()),
+            (Flavor::Zero(c), send) => Some(c.watchers(send)),
+        }
+    }
+
+    /// Registers a task waiting for operation `send`: its entry on the side's list, then the
+    /// side's flag (as a select's `watch`). The entry's key, if it needs one.
+    pub(crate) fn watch_task(&self, send: bool, waker: &std::task::Waker) -> Option<u64> {
+        let key = self.task_list(send)?.add_task(waker);
+        self.rearm(send);
+        Some(key)
+    }
+
+    /// A registered task polled again: true if its entry stands (see `Observers::renew_task`).
+    pub(crate) fn renew_task(&self, send: bool, key: u64, waker: &std::task::Waker) -> bool {
+        self.task_list(send)
+            .is_some_and(|l| l.renew_task(key, waker))
+    }
+
+    /// Withdraws a task's entry (nothing if a notification took it).
+    pub(crate) fn unwatch_task(&self, send: bool, key: u64) {
+        if let Some(l) = self.task_list(send) {
+            l.remove_task(key);
+        }
+    }
+
     fn recv(&self, deadline: Option<Deadline>) -> Result<T, RecvTimeoutError> {
         match self {
             Flavor::Array(c) => c.recv_deadline(deadline),

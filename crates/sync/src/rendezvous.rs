@@ -317,6 +317,15 @@ impl<T> Chan<T> {
         }
     }
 
+    /// The watch list of operation `send`: what waits for a partner of the other kind.
+    pub(crate) fn watchers(&self, send: bool) -> &Observers {
+        if send {
+            &self.send_watch
+        } else {
+            &self.recv_watch
+        }
+    }
+
     /// A `Select::ready` waits for operation `send` to have a partner: on the watch list.
     pub(crate) fn watch(&self, send: bool, ctx: &Arc<Ctx>) {
         if send {

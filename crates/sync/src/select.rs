@@ -84,8 +84,8 @@ use std::task::Waker;
 use std::time::Duration;
 
 use crate::eventcount::EventCount;
-use crate::lock::SpindleLock;
-use crate::primitives::{yield_now, Arc, AtomicUsize, Ordering::*};
+use crate::lock::{SpinLock, SpindleLock};
+use crate::primitives::{yield_now, Arc, AtomicU64, AtomicUsize, Ordering::*};
 use crate::time::{Deadline, IntoDeadline};
 
 /// `Ctx::selected` before anything is selected.
@@ -116,21 +116,49 @@ unsafe impl Send for WakerSlot {}
 // SAFETY: as above.
 unsafe impl Sync for WakerSlot {}
 
-/// A held `SpindleLock`, released when dropped (also if the code under it panics: a waker's
-/// `clone` is foreign code).
-struct Held<'a>(&'a SpindleLock);
+/// The two locks this module holds for a few instructions at a time.
+trait ShortLock {
+    fn acquire(&self);
+    /// # Safety
+    /// Held by the caller.
+    unsafe fn release(&self);
+}
 
-impl<'a> Held<'a> {
-    fn new(lock: &'a SpindleLock) -> Held<'a> {
-        lock.lock();
+impl ShortLock for SpindleLock {
+    fn acquire(&self) {
+        self.lock();
+    }
+    unsafe fn release(&self) {
+        // SAFETY: the caller's.
+        unsafe { self.unlock() }
+    }
+}
+
+impl ShortLock for SpinLock {
+    fn acquire(&self) {
+        self.lock();
+    }
+    unsafe fn release(&self) {
+        // SAFETY: the caller's.
+        unsafe { self.unlock() }
+    }
+}
+
+/// A held lock, released when dropped (also if the code under it panics: a waker's `clone` is
+/// foreign code).
+struct Held<'a, L: ShortLock>(&'a L);
+
+impl<'a, L: ShortLock> Held<'a, L> {
+    fn new(lock: &'a L) -> Held<'a, L> {
+        lock.acquire();
         Held(lock)
     }
 }
 
-impl Drop for Held<'_> {
+impl<L: ShortLock> Drop for Held<'_, L> {
     fn drop(&mut self) {
-        // SAFETY: locked in `Held::new`.
-        unsafe { self.0.unlock() };
+        // SAFETY: acquired in `Held::new`.
+        unsafe { self.0.release() };
     }
 }
 
@@ -168,13 +196,6 @@ impl Ctx {
         if let Some(slot) = &self.waker {
             let new = Some(waker.clone());
             drop(slot.with(|w| std::mem::replace(w, new)));
-        }
-    }
-
-    /// Forgets the task's waker (a spare context should not keep a finished task alive).
-    pub(crate) fn clear_waker(&self) {
-        if let Some(slot) = &self.waker {
-            drop(slot.with(Option::take));
         }
     }
 
@@ -226,12 +247,37 @@ impl Ctx {
     }
 }
 
-/// The selects waiting on one side of a bounded or unbounded channel. Empty (one load) unless a
-/// select waits; it is read only by an operation that found the side's waiting flag.
+/// The selects and async operations waiting on one side of a channel. Empty (one load) unless
+/// one waits; it is read only by an operation that found the side's waiting flag.
+///
+/// Selects are contexts (`list`): they stay registered until they unregister. Async operations
+/// are *task entries* (`tasks`): a key and the task's waker, and a notification takes them
+/// all — it moves each waker out and wakes it, with no clone, and marks every key below the
+/// next one as taken (`taken_below`), so that a completing operation whose entry is gone knows
+/// it without the lock. A woken task that still has to wait registers again (and sets the
+/// side's flag again), which is what a woken select does with the flag. Two locked sections
+/// per wait (register, notify) and none at completion, where a context cost five (its waker
+/// slot's lock to set, clone and clear the waker, the list's to add, remove and notify).
 pub(crate) struct Observers {
+    /// Contexts on `list` plus entries in `tasks`.
     count: AtomicUsize,
-    lock: SpindleLock,
+    /// A spin lock (it yields after a few pauses): every section under it is a few
+    /// instructions (a push, a search of a short list, taking the entries), and its release is
+    /// a plain store, where a sleeping lock's release is a `lock`ed instruction, paid twice per
+    /// wait.
+    lock: SpinLock,
     list: UnsafeCell<Vec<Arc<Ctx>>>,
+    tasks: UnsafeCell<Tasks>,
+    /// Keys below this were taken by a notification (stored under the lock).
+    taken_below: AtomicU64,
+}
+
+/// The task entries of an [`Observers`], under its lock.
+struct Tasks {
+    /// The next entry's key: keys increase, so that `taken_below` covers every entry a
+    /// notification took.
+    next: u64,
+    entries: Vec<(u64, Waker)>,
 }
 
 // SAFETY: the list is accessed only under the lock.
@@ -243,9 +289,85 @@ impl Observers {
     pub(crate) fn new() -> Observers {
         Observers {
             count: AtomicUsize::new(0),
-            lock: SpindleLock::new(),
+            lock: SpinLock::new(),
             list: UnsafeCell::new(Vec::new()),
+            tasks: UnsafeCell::new(Tasks {
+                next: 0,
+                entries: Vec::new(),
+            }),
+            taken_below: AtomicU64::new(0),
         }
+    }
+
+    /// `count += n`, under the lock: a load and a store, not a `lock`ed instruction. Enough
+    /// for `notify`'s look: a watcher sets the side's flag after this, with a `SeqCst`
+    /// read-modify-write (release), and an operation that finds the flag read it with its own
+    /// (acquire), or found it cleared by a later one in the same word's modification order
+    /// (a release sequence of read-modify-writes); either way the store happens-before that
+    /// operation's load of `count`. Every other change to `count` is made under the lock too.
+    fn count_add(&self, n: usize) {
+        self.count.store(self.count.load(Relaxed) + n, Relaxed);
+    }
+
+    /// `count -= n`, under the lock (see `count_add`; a decrease only spares a look).
+    fn count_sub(&self, n: usize) {
+        self.count.store(self.count.load(Relaxed) - n, Relaxed);
+    }
+
+    fn with_tasks<R>(&self, f: impl FnOnce(&mut Tasks) -> R) -> R {
+        let _held = Held::new(&self.lock);
+        // SAFETY: the lock is held.
+        f(unsafe { &mut *self.tasks.get() })
+    }
+
+    /// Registers a task: its entry's key. The caller sets the side's flag after this (as a
+    /// select does after `add`).
+    pub(crate) fn add_task(&self, waker: &Waker) -> u64 {
+        // Cloned before the lock: a waker's `clone` is foreign code.
+        let waker = waker.clone();
+        self.with_tasks(|t| {
+            let key = t.next;
+            t.next += 1;
+            t.entries.push((key, waker));
+            self.count_add(1);
+            key
+        })
+    }
+
+    /// A task polled again while registered under `key`: true if its entry still stands with
+    /// a waker that wakes the same task. False if a notification took the entry, or if the
+    /// task's waker changed (the entry is withdrawn then): the task registers again.
+    pub(crate) fn renew_task(&self, key: u64, waker: &Waker) -> bool {
+        if key < self.taken_below.load(Acquire) {
+            return false;
+        }
+        let same = self.with_tasks(|t| {
+            t.entries
+                .iter()
+                .find(|e| e.0 == key)
+                .map(|e| e.1.will_wake(waker))
+        });
+        match same {
+            Some(true) => true,
+            Some(false) => {
+                self.remove_task(key);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Withdraws the entry `key`, unless a notification took it already (one load then).
+    pub(crate) fn remove_task(&self, key: u64) {
+        if key < self.taken_below.load(Acquire) {
+            return;
+        }
+        let gone = self.with_tasks(|t| {
+            let i = t.entries.iter().position(|e| e.0 == key)?;
+            self.count_sub(1);
+            Some(t.entries.swap_remove(i).1)
+        });
+        drop(gone); // the waker's drop is foreign code: after the lock
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut Vec<Arc<Ctx>>) -> R) -> R {
@@ -285,16 +407,39 @@ impl Observers {
     fn notify_all(&self) {
         // Woken after the lock is released: a task's waker may take the executor's locks or
         // make a system call, and selects registering meanwhile should not wait for that.
-        // Up to four without allocating (one waiter is the common case).
+        // Up to four of each without allocating (one waiter is the common case).
         let mut few: [Option<Arc<Ctx>>; 4] = [None, None, None, None];
-        let more = self.with(|list| {
+        let mut wakers: [Option<Waker>; 4] = [None, None, None, None];
+        let (more, more_wakers) = {
+            let _held = Held::new(&self.lock);
+            // SAFETY: the lock is held.
+            let (list, tasks) = unsafe { (&*self.list.get(), &mut *self.tasks.get()) };
             for (slot, c) in few.iter_mut().zip(list.iter()) {
                 *slot = Some(c.clone());
             }
-            list.get(few.len()..).map(<[Arc<Ctx>]>::to_vec)
-        });
+            let more = list.get(few.len()..).map(<[Arc<Ctx>]>::to_vec);
+            // Every task entry is taken: its waker moves out, to be woken once.
+            let n = tasks.entries.len();
+            let more_wakers: Vec<Waker> = if n > wakers.len() {
+                let rest = tasks.entries.drain(wakers.len()..);
+                rest.map(|(_, w)| w).collect()
+            } else {
+                Vec::new()
+            };
+            for (slot, (_, w)) in wakers.iter_mut().zip(tasks.entries.drain(..)) {
+                *slot = Some(w);
+            }
+            if n != 0 {
+                self.count_sub(n);
+                self.taken_below.store(tasks.next, Release);
+            }
+            (more, more_wakers)
+        };
         for c in few.iter().flatten().chain(more.iter().flatten()) {
             c.wake();
+        }
+        for w in wakers.into_iter().flatten().chain(more_wakers) {
+            w.wake();
         }
     }
 }
