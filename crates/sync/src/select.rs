@@ -280,7 +280,7 @@ struct Tasks {
     entries: Vec<(u64, Waker)>,
 }
 
-// SAFETY: the list is accessed only under the lock.
+// SAFETY: the list and the task entries are accessed only under the lock.
 unsafe impl Send for Observers {}
 // SAFETY: as above.
 unsafe impl Sync for Observers {}
