@@ -231,9 +231,17 @@ fn area(mode: u8) -> Result<*mut u8, bool> {
         GLIBC => {
             let tp: usize;
             // SAFETY: reads the TCB's self pointer at fs:0 (glibc on x86-64).
+            #[cfg(target_arch = "x86_64")]
             unsafe {
                 core::arch::asm!("mov {}, qword ptr fs:0", out(reg) tp,
                     options(nostack, readonly, preserves_flags));
+            }
+            // SAFETY: reads the thread pointer register, which glibc's `__rseq_offset` is
+            // relative to on AArch64; no memory effects.
+            #[cfg(target_arch = "aarch64")]
+            unsafe {
+                core::arch::asm!("mrs {}, tpidr_el0", out(reg) tp,
+                    options(nomem, nostack, preserves_flags));
             }
             Ok(tp.wrapping_add_signed(HOT.glibc_offset.load(Relaxed)) as *mut u8)
         }
@@ -270,12 +278,19 @@ const DONE: usize = 0;
 const BOUNCE: usize = 1;
 const NO_SLOT: usize = 2;
 
+// The same five sequences for AArch64 (written for its registers and its rseq ABI).
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
+#[cfg(target_arch = "aarch64")]
+use aarch64::{pop_rseq, pop_rseq_fs, push_rseq, push_rseq_fs, swap_rseq};
+
 /// A restartable sequence on the calling CPU's record of one class: the shared prologue
 /// (arm `rseq_cs`, check the registration and the index, find the record in rax), the
 /// operation's body (which ends with its commit store, or jumps to 9 for a bounce), the
 /// shared epilogue (status in rax: 0 done, 1 bounce, 2 no slot; the last two out of line, so
 /// that the fast path falls straight through) and the descriptor and abort handler
 /// (signature, then restart from the top).
+#[cfg(target_arch = "x86_64")]
 macro_rules! rseq_op {
     ($seg:literal $area:expr, $index:expr, $base:expr; $($body:literal),+; $($operands:tt)*) => {{
         let status: usize;
@@ -337,6 +352,7 @@ macro_rules! rseq_op {
 /// its new value, rdx the block (r8 holds the mask of a packed word's address). `list[0]` is
 /// the fast path, one taken branch to the pop at 22. The run moves to its next block by the
 /// block size from `info` (0 there: not filled in yet, a bounce) and one fewer left.
+#[cfg(target_arch = "x86_64")]
 macro_rules! pop_asm {
     ($seg:literal $area:expr, $index:expr, $base:expr) => {{
         let p: usize;
@@ -381,6 +397,7 @@ macro_rules! pop_asm {
 /// the list word with its count's bits kept, plus `v + 2^48` (one more block, and `v` as the
 /// address, since the old word's address bits were masked off).
 /// A list is full when its word is at or above the record's `info` (see [`info`]).
+#[cfg(target_arch = "x86_64")]
 macro_rules! push_asm {
     ($seg:literal $area:expr, $index:expr, $base:expr, $v:expr) => {{
         let v: usize = $v;
@@ -404,30 +421,35 @@ macro_rules! push_asm {
 /// the `_fs` forms, `area` is instead the area's offset from the thread pointer (glibc's
 /// `__rseq_offset`): the area is reached through the `fs` segment, with no load of the
 /// thread pointer first.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn pop_rseq(area: *mut u8, index: usize, base: usize) -> (usize, usize) {
     // SAFETY: the module's protocol.
     unsafe { pop_asm!("" area, index, base) }
 }
 
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn pop_rseq_fs(off: isize, index: usize, base: usize) -> (usize, usize) {
     // SAFETY: as in pop_rseq.
     unsafe { pop_asm!("fs:" off, index, base) }
 }
 
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn push_rseq(area: *mut u8, index: usize, base: usize, v: usize) -> usize {
     // SAFETY: as in pop_rseq; v is the caller's block.
     unsafe { push_asm!("" area, index, base, v) }
 }
 
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn push_rseq_fs(off: isize, index: usize, base: usize, v: usize) -> usize {
     // SAFETY: as in push_rseq.
     unsafe { push_asm!("fs:" off, index, base, v) }
 }
 
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn swap_rseq(
     area: *mut u8,

@@ -17,11 +17,12 @@
 //!   to find a block's class.
 //! - per class `FRONTIER`: `(span << 32) | next block`, one word, moved by CAS; blocks past
 //!   `next` in that span have never been handed out, so their pages are untouched.
-//! - per class `STACK`: `(top, tag)` in 16 bytes, moved only by `cmpxchg16b`. A batch is a
-//!   chain of free blocks through each block's first word, which holds the next block's
-//!   address (low 48 bits) and how many blocks follow (high 16: the caches' list words have
-//!   the same form, see [`link_word`]); its first block's second word holds the next batch in
-//!   the stack (low 48 bits) and the batch's length (high 16).
+//! - per class `STACK`: `(top, tag)` in 16 bytes, moved only by a 16-byte CAS (`cmpxchg16b`;
+//!   on AArch64 `ldaxp`/`stlxp`). A batch is a chain of free blocks through each block's first
+//!   word, which holds the next block's address (low 48 bits) and how many blocks follow (high
+//!   16: the caches' list words have the same form, see [`link_word`]); its first block's
+//!   second word holds the next batch in the stack (low 48 bits) and the batch's length (high
+//!   16).
 //!
 //! # Protocols
 //! (The stack's code is in [`stack`](crate::stack), shared with its loom models.)
@@ -41,7 +42,11 @@
 //! mixed-size atomics, outside Rust's model but defined on x86-64 (aligned 8-byte loads do
 //! not tear against a locked read-modify-write, and TSO keeps the two loads in order); a
 //! torn pair only fails the CAS. The CAS is a full barrier: a batch's links, written before
-//! its push, are visible to whoever pops it. **Lock-freedom:** every failed CAS means
+//! its push, are visible to whoever pops it. On AArch64 the CAS is an exclusive pair
+//! (`ldaxp`/`stlxp`, see [`stack`](crate::stack)) and the architecture gives the same
+//! facts without TSO: an aligned 8-byte load is single-copy atomic against the pair's store;
+//! the two loads are `Acquire` (`ldar`), so they stay in order; and the pair's store-release,
+//! read by a popper's `Acquire` load of `top`, carries the links written before the push. **Lock-freedom:** every failed CAS means
 //! another thread's succeeded. A carve that loses the race to install a new span abandons
 //! that span: 1 MiB of address space, never touched, so no memory.
 

@@ -1,6 +1,7 @@
 //! The shared stack of free batches, one per class (see [`central`](crate::central) for the
 //! protocol and its argument). The code is written once, in a macro, and instantiated twice:
-//! on the process's atomics with `cmpxchg16b` ([`Stack`]), and, under `--cfg loom`, on loom's
+//! on the process's atomics with `cmpxchg16b` (x86-64) or an exclusive pair `ldaxp`/`stlxp`
+//! (AArch64) ([`Stack`]), and, under `--cfg loom`, on loom's
 //! atomics with the pair's compare-and-swap under a loom mutex, for the models in
 //! `loom_models.rs` (loom cannot run inline assembly; the models check the protocol over the
 //! locked pair, with the readers' loads of `top`, `tag` and the links outside it, as in the
@@ -83,6 +84,7 @@ mod hw {
         }
 
         /// The `cmpxchg16b` on the pair.
+        #[cfg(target_arch = "x86_64")]
         #[inline]
         fn cas_pair(&self, old: (usize, u64), new: (usize, u64)) -> bool {
             let ok: u8;
@@ -109,8 +111,57 @@ mod hw {
             }
             ok != 0
         }
+
+        /// The pair's compare-and-swap on AArch64: a load-acquire exclusive pair and a
+        /// store-release exclusive pair, retried while the store fails spuriously. A successful
+        /// `stlxp` proves that nothing wrote the pair since the `ldaxp`, so the two halves
+        /// compared were read as one 16-byte value (a torn read could only fail the compare).
+        /// Acquire and release are what the protocol needs of it: a batch's links, written
+        /// before its push, happen before the pop that reads them (`central`'s "Memory model").
+        #[cfg(target_arch = "aarch64")]
+        #[inline]
+        fn cas_pair(&self, old: (usize, u64), new: (usize, u64)) -> bool {
+            let failed: u32;
+            // SAFETY: the exclusive pair accesses address the 16-byte aligned pair (`Stack` is
+            // `repr(C, align(16))`, `top` then `tag`, little-endian), which lives as long as
+            // `&self`. Outputs are `out`, so none shares a register with an input: the
+            // status register of `stlxp` differs from its data and address registers, as the
+            // architecture requires. `clrex` drops the reservation of a failed compare.
+            unsafe {
+                core::arch::asm!(
+                    "2:",
+                    "ldaxp {lo}, {hi}, [{p}]",
+                    "cmp {lo}, {old_lo}",
+                    "ccmp {hi}, {old_hi}, #0, eq",
+                    "b.ne 3f",
+                    "stlxp {st:w}, {new_lo}, {new_hi}, [{p}]",
+                    "cbnz {st:w}, 2b",
+                    "b 4f",
+                    "3:",
+                    "clrex",
+                    "mov {st:w}, #1",
+                    "4:",
+                    p = in(reg) self as *const Stack,
+                    old_lo = in(reg) old.0,
+                    old_hi = in(reg) old.1,
+                    new_lo = in(reg) new.0,
+                    new_hi = in(reg) new.1,
+                    lo = out(reg) _,
+                    hi = out(reg) _,
+                    st = out(reg) failed,
+                    options(nostack),
+                );
+            }
+            failed == 0
+        }
     }
 }
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!(
+    "spindle-alloc's shared stacks need a 16-byte compare-and-swap: implemented for x86-64 \
+     (cmpxchg16b) and AArch64 (ldaxp/stlxp)"
+);
 
 impl Default for hw::Stack {
     fn default() -> Self {

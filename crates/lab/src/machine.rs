@@ -40,6 +40,11 @@ pub struct Machine {
     pub cpu_busy_at_start: Option<f64>,
     /// What in this fingerprint makes figures unlikely to transfer, in sentences.
     pub anomalies: Vec<String>,
+    /// Running under an emulator that translates another architecture (QEMU user mode), and
+    /// the evidence ([`sys::emulation`]): the run's figures are then the emulator's, not
+    /// performance figures of any machine.
+    #[serde(default)]
+    pub emulated: Option<String>,
     /// Running under a hypervisor (the `hypervisor` CPU flag).
     pub virtualised: bool,
     /// The hypervisor's CPUID signature ("KVMKVMKVM", "Microsoft Hv", …), when virtualised.
@@ -123,12 +128,25 @@ impl Machine {
         let allowed = sys::allowed_cpus();
         let pair = (allowed.len() >= 2).then(|| [allowed[0], allowed[1]]);
         let cpu_busy_at_start = cpu_busy(&allowed, Duration::from_millis(250));
-        let vendor = field("vendor_id").unwrap_or_else(|| "unknown".into());
+        let emulated = sys::emulation();
+        // Arm CPUs name themselves by implementer and part numbers (MIDR_EL1), not by a model
+        // name; under emulation the host's x86 fields show through instead (see `emulated`).
+        let arm = match (field("CPU implementer"), field("CPU part")) {
+            (Some(i), Some(p)) if emulated.is_none() => Some(arm_cpu(&i, &p)),
+            _ => None,
+        };
+        let vendor = match &arm {
+            Some((vendor, _)) => vendor.clone(),
+            None => field("vendor_id").unwrap_or_else(|| "unknown".into()),
+        };
         let family = field("cpu family").and_then(|v| v.parse().ok());
         let model = field("model").and_then(|v| v.parse().ok());
         let stepping = field("stepping").and_then(|v| v.parse().ok());
         let mut m = Machine {
-            cpu_model: field("model name").unwrap_or_else(|| "unknown".into()),
+            cpu_model: match &arm {
+                Some((_, model)) => model.clone(),
+                None => field("model name").unwrap_or_else(|| "unknown".into()),
+            },
             microarchitecture: match (family, model) {
                 (Some(f), Some(m)) => microarchitecture(&vendor, f, m, stepping.unwrap_or(0)),
                 _ => None,
@@ -150,6 +168,7 @@ impl Machine {
             round_trip_end_ns: None,
             cpu_busy_at_start,
             anomalies: Vec::new(),
+            emulated,
             virtualised: has_flag("hypervisor"),
             hypervisor: if has_flag("hypervisor") {
                 sys::hypervisor_signature()
@@ -168,8 +187,10 @@ impl Machine {
                 "/sys/devices/system/clocksource/clocksource0/available_clocksource",
             )
             .unwrap_or_default(),
-            tsc_constant: has_flag("constant_tsc"),
-            tsc_nonstop: has_flag("nonstop_tsc"),
+            // AArch64's generic timer (what `sys::rdtsc` reads there) is architecturally a
+            // constant-rate counter that keeps running in idle states.
+            tsc_constant: has_flag("constant_tsc") || cfg!(target_arch = "aarch64"),
+            tsc_nonstop: has_flag("nonstop_tsc") || cfg!(target_arch = "aarch64"),
             tsc_ghz: sys::calibrate_tsc(Duration::from_millis(50)),
             membarrier_mask: query.bits(),
             membarrier_commands,
@@ -195,6 +216,11 @@ impl Machine {
     /// Sentences about what makes this run's figures unlikely to transfer.
     fn find_anomalies(&self) -> Vec<String> {
         let mut out = Vec::new();
+        if let Some(why) = &self.emulated {
+            out.push(format!(
+                "this run is emulated ({why}): its figures measure the emulator, not a machine, and are no performance figures; the lab runs here only to show that it runs"
+            ));
+        }
         if let (Some(ns), Some([a, b])) = (self.cache_line_round_trip_ns, self.round_trip_cpus) {
             if ns > USUAL_ROUND_TRIP_NS.1 * 1.5 {
                 out.push(format!(
@@ -224,9 +250,15 @@ impl Machine {
                 ));
             }
         }
-        if self.clocksource != "tsc" && self.clocksource != "unknown" {
+        // The fast clocksource: the TSC on x86-64, the generic timer on arm64.
+        let fast = if cfg!(target_arch = "aarch64") {
+            "arch_sys_counter"
+        } else {
+            "tsc"
+        };
+        if self.clocksource != fast && self.clocksource != "unknown" && self.emulated.is_none() {
             out.push(format!(
-                "the kernel's clocksource is {}, not tsc: reading the clock is slow, which inflates short timings",
+                "the kernel's clocksource is {}, not {fast}: reading the clock is slow, which inflates short timings",
                 self.clocksource
             ));
         }
@@ -268,6 +300,13 @@ impl Machine {
                 ),
             ),
             (
+                "emulated".into(),
+                match &self.emulated {
+                    Some(why) => format!("yes: {why}"),
+                    None => String::new(),
+                },
+            ),
+            (
                 "virtualised".into(),
                 match (&self.hypervisor, self.virtualised) {
                     (Some(h), true) => format!("yes ({h})"),
@@ -292,8 +331,15 @@ impl Machine {
             (
                 "TSC".into(),
                 format!(
-                    "{:.4} GHz measured against CLOCK_MONOTONIC · constant: {} · nonstop: {}",
-                    self.tsc_ghz, self.tsc_constant, self.tsc_nonstop
+                    "{}{:.4} GHz measured against CLOCK_MONOTONIC · constant: {} · nonstop: {}",
+                    if cfg!(target_arch = "aarch64") {
+                        "the generic timer (CNTVCT_EL0) stands in for it: "
+                    } else {
+                        ""
+                    },
+                    self.tsc_ghz,
+                    self.tsc_constant,
+                    self.tsc_nonstop
                 ),
             ),
             (
@@ -358,6 +404,45 @@ impl Machine {
             self.tsc_ghz
         )
     }
+}
+
+/// `(vendor, model)` of an Arm CPU from `/proc/cpuinfo`'s implementer and part numbers (the
+/// fields of MIDR_EL1): the server cores Spindle's users run on by name, others by number.
+fn arm_cpu(implementer: &str, part: &str) -> (String, String) {
+    let num = |s: &str| u32::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok();
+    let vendor = match num(implementer) {
+        Some(0x41) => "Arm",
+        Some(0xc0) => "Ampere",
+        Some(0x61) => "Apple",
+        Some(0x48) => "HiSilicon",
+        Some(0x51) => "Qualcomm",
+        Some(0x4e) => "NVIDIA",
+        _ => "",
+    };
+    let core = match (num(implementer), num(part)) {
+        (Some(0x41), Some(0xd0c)) => Some("Neoverse N1"),
+        (Some(0x41), Some(0xd40)) => Some("Neoverse V1"),
+        (Some(0x41), Some(0xd49)) => Some("Neoverse N2"),
+        (Some(0x41), Some(0xd4f)) => Some("Neoverse V2"),
+        (Some(0x41), Some(0xd84)) => Some("Neoverse V3"),
+        (Some(0x41), Some(0xd8e)) => Some("Neoverse N3"),
+        (Some(0x41), Some(0xd08)) => Some("Cortex-A72"),
+        (Some(0x41), Some(0xd0b)) => Some("Cortex-A76"),
+        (Some(0xc0), Some(0xac3)) => Some("Ampere-1"),
+        (Some(0xc0), Some(0xac4)) => Some("Ampere-1a"),
+        (Some(0x48), Some(0xd01)) => Some("Kunpeng 920"),
+        _ => None,
+    };
+    let vendor = if vendor.is_empty() {
+        format!("implementer {}", implementer.trim())
+    } else {
+        vendor.to_string()
+    };
+    let model = match core {
+        Some(c) => format!("{vendor} {c}"),
+        None => format!("{vendor} part {}", part.trim()),
+    };
+    (vendor, model)
 }
 
 /// The range of cache-line round trips (ns) seen on the machines the lab was run on: Zen 5

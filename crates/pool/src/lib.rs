@@ -265,7 +265,7 @@ fn allowed_cpus() -> Vec<usize> {
 /// the barrier a worker issues before it sleeps (the part of a sleep and wake-up that is
 /// ours), within [1 µs, 20 µs]. Spinning as long as the sleep would cost bounds the waste to
 /// twice the optimum (the ski-rental argument).
-/// [`registry::LONG_TREE`] in TSC ticks, from the TSC's rate measured once (over 200 µs) per
+/// [`registry::LONG_TREE`] in ticks of `registry::rdtsc`, from its rate measured once (over 200 µs) per
 /// process: a tree's root reads the TSC, cheaper than the clock.
 fn long_tree_ticks() -> u64 {
     static TICKS: OnceLock<u64> = OnceLock::new();
@@ -275,7 +275,9 @@ fn long_tree_ticks() -> u64 {
             std::hint::spin_loop();
         }
         let per_ns = registry::rdtsc().wrapping_sub(c0) as f64 / t0.elapsed().as_nanos() as f64;
-        (registry::LONG_TREE.as_nanos() as f64 * per_ns.max(0.1)) as u64
+        // At least 1 MHz: the slowest counter `rdtsc` reads (AArch64's generic timer runs at
+        // 1 MHz or more; the TSC at 0.1 GHz or more).
+        (registry::LONG_TREE.as_nanos() as f64 * per_ns.max(1e-3)) as u64
     })
 }
 

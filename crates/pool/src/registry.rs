@@ -305,10 +305,35 @@ const WAKE_AFTER: u32 = 4096;
 /// wake-up, which costs about as much as they do.
 pub(crate) const LONG_TREE: Duration = Duration::from_micros(50);
 
+/// A cheap clock for timing join trees: the TSC on x86-64, the generic timer's virtual count
+/// (`CNTVCT_EL0`, readable by user space on Linux) on AArch64, nanoseconds of `Instant`
+/// elsewhere. Its rate is measured (`long_tree_ticks`), never assumed.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn rdtsc() -> u64 {
     // SAFETY: RDTSC has no preconditions on x86-64.
     unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+pub(crate) fn rdtsc() -> u64 {
+    let t: u64;
+    // SAFETY: reads a system register that Linux makes readable at EL0 (CNTKCTL_EL1.EL0VCTEN);
+    // no memory effects.
+    unsafe {
+        core::arch::asm!("mrs {t}, cntvct_el0", t = out(reg) t, options(nomem, nostack, preserves_flags));
+    }
+    t
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub(crate) fn rdtsc() -> u64 {
+    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    ORIGIN
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_nanos() as u64
 }
 
 thread_local! {

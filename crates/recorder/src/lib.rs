@@ -265,7 +265,7 @@ impl Recorder {
     }
 }
 
-/// The TSC's rate and an anchor to wall time, measured over about 2 ms.
+/// The record clock's rate ([`rdtsc`]) and an anchor to wall time, measured over about 2 ms.
 fn clock() -> Clock {
     let wall = || {
         std::time::SystemTime::now()
@@ -285,10 +285,35 @@ fn clock() -> Clock {
     }
 }
 
+/// The record clock: the TSC on x86-64, the generic timer's virtual count (`CNTVCT_EL0`, which
+/// Linux lets user space read) on AArch64, nanoseconds of `Instant` elsewhere. [`clock`]
+/// measures its rate, so the dump's times are right whatever it ticks at.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn rdtsc() -> u64 {
     // SAFETY: RDTSC has no preconditions on x86-64.
     unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+fn rdtsc() -> u64 {
+    let t: u64;
+    // SAFETY: reads a system register that Linux makes readable at EL0 (CNTKCTL_EL1.EL0VCTEN);
+    // no memory effects.
+    unsafe {
+        core::arch::asm!("mrs {t}, cntvct_el0", t = out(reg) t, options(nomem, nostack, preserves_flags));
+    }
+    t
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn rdtsc() -> u64 {
+    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    ORIGIN
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_nanos() as u64
 }
 
 pub(crate) fn recorder() -> Option<&'static Recorder> {

@@ -110,7 +110,16 @@ fn child() {
             libc::raise(libc::SIGBUS);
         },
         // SAFETY: ud2 raises SIGILL, which is the point.
+        #[cfg(target_arch = "x86_64")]
         "ill" => unsafe { std::arch::asm!("ud2") },
+        // SAFETY: udf (permanently undefined) raises SIGILL, which is the point.
+        #[cfg(target_arch = "aarch64")]
+        "ill" => unsafe { std::arch::asm!("udf #0") },
+        // SAFETY: as for SIGBUS.
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        "ill" => unsafe {
+            libc::raise(libc::SIGILL);
+        },
         // SAFETY: as for SIGBUS (an integer division by zero panics in Rust).
         "fpe" => unsafe {
             libc::raise(libc::SIGFPE);

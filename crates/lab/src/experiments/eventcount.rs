@@ -52,6 +52,7 @@ fn plain_loop(c: &mut u64, n: u64) {
 /// run of stores, which would measure store throughput instead of a call). The loop starts on
 /// a 64-byte boundary, so that where the linker places it cannot change what the floor costs
 /// from one build to the next.
+#[cfg(target_arch = "x86_64")]
 #[inline(never)]
 fn store_loop(c: &AtomicU64, n: u64) {
     if n == 0 {
@@ -76,6 +77,43 @@ fn store_loop(c: &AtomicU64, n: u64) {
     }
 }
 
+/// The same floor on AArch64: a release store there is `stlr` (a plain `str` is no release).
+#[cfg(target_arch = "aarch64")]
+#[inline(never)]
+fn store_loop(c: &AtomicU64, n: u64) {
+    if n == 0 {
+        return;
+    }
+    let v = c.load(Relaxed);
+    // SAFETY: `c` is a live, aligned u64 that only this thread touches during the loop; `stlr`
+    // is an atomic release store.
+    unsafe {
+        std::arch::asm!(
+            ".p2align 6",
+            "2:",
+            "add {v}, {v}, #1",
+            "stlr {v}, [{p}]",
+            "subs {n}, {n}, #1",
+            "b.ne 2b",
+            p = in(reg) c.as_ptr(),
+            v = inout(reg) v => _,
+            n = inout(reg) n => _,
+            options(nostack),
+        );
+    }
+}
+
+/// Elsewhere: the compiler's release store (it may unroll the loop).
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[inline(never)]
+fn store_loop(c: &AtomicU64, n: u64) {
+    let mut v = c.load(Relaxed);
+    for _ in 0..n {
+        v += 1;
+        c.store(v, Release);
+    }
+}
+
 #[inline(never)]
 fn xadd_loop(c: &AtomicU64, n: u64) {
     for _ in 0..n {
@@ -85,6 +123,7 @@ fn xadd_loop(c: &AtomicU64, n: u64) {
 }
 
 /// The post's other single-producer option: `xadd` without `lock`, flag tested in the old value.
+#[cfg(target_arch = "x86_64")]
 #[inline(never)]
 fn plain_xadd_loop(c: &AtomicU64, n: u64) {
     let p = c.as_ptr();
@@ -94,6 +133,24 @@ fn plain_xadd_loop(c: &AtomicU64, n: u64) {
         unsafe {
             std::arch::asm!("xadd qword ptr [{p}], {v}", p = in(reg) p, v = inout(reg) v, options(nostack))
         };
+        if (v as i64) < 0 {
+            black_box(v);
+        }
+    }
+}
+
+/// Elsewhere there is no memory-operand `xadd`: the nearest form of the post's non-atomic
+/// read-modify-write is a load, an add and a store of the word, the flag tested in the old
+/// value (a floor only: on a weak memory model it is no event count at all).
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(never)]
+fn plain_xadd_loop(c: &AtomicU64, n: u64) {
+    let p = c.as_ptr();
+    for _ in 0..n {
+        // SAFETY: `p` points to a live, aligned u64 that only this thread touches.
+        let v = unsafe { p.read_volatile() };
+        // SAFETY: as above.
+        unsafe { p.write_volatile(v.wrapping_add(1)) };
         if (v as i64) < 0 {
             black_box(v);
         }
