@@ -35,13 +35,15 @@
 //! `start` and the commit: reads the slot index, checks it against the number of slots
 //! (the stacks: outside, leave and take the fallback) or masks it with their power-of-two
 //! count (the counter), reads the slot's words, and ends with one instruction that writes
-//! memory (the commit): the counter's unlocked `add` to its slot, or the stack's plain store
-//! of its new length. The kernel cannot stop a thread half-way through one instruction. The
+//! memory (the commit): the counter's unlocked `add` to its slot (on AArch64, a load/store
+//! architecture, the slot's load and add, then its `str`), or the stack's plain store of its
+//! new length. The kernel cannot stop a thread half-way through one instruction. The
 //! descriptor lives in
 //! section `__rseq_cs`; the abort handler, in `__rseq_failure`, is preceded by the 4-byte
-//! signature the registration declared (glibc's `0x53053053`, behind a `ud1` opcode so that
-//! the bytes never decode as a useful instruction), counts the abort and restarts from the
-//! store of the descriptor address (the kernel clears `rseq_cs` when it aborts).
+//! signature the registration declared (glibc's: `0x53053053` behind a `ud1` opcode on x86-64,
+//! `brk #0x45e0` on AArch64, so that the bytes never run as a useful instruction), counts the
+//! abort and restarts from the store of the descriptor address (the kernel clears `rseq_cs`
+//! when it aborts).
 //!
 //! **What aborts.** The kernel checks, whenever it is about to return to a thread that was
 //! preempted, migrated, or is being sent a signal, whether the thread's instruction pointer
@@ -59,17 +61,20 @@
 //! the read-modify-write is atomic with respect to every other writer, without a `lock` prefix.
 //! A stack's push also writes the array element *above* the length before committing the new
 //! length; an aborted push leaves that element written but above the length, where nothing
-//! reads it. Ids and CPUs change hands only through a context switch, which on x86-64 is a
-//! full barrier: the previous holder's stores are visible to the next holder.
+//! reads it. Ids and CPUs change hands only through a context switch, which is a full barrier
+//! on x86-64 (the run-queue lock's `lock`ed instructions) and on arm64 (`__switch_to` issues
+//! `dsb ish`, and `smp_mb__after_spinlock` is `smp_mb` there, as `membarrier` requires): the
+//! previous holder's stores are visible to the next holder.
 //!
 //! **What a preempted section sees.** Nothing: it never resumes. It is restarted from the
 //! beginning, possibly on another CPU, reading the slot index again; its earlier loads and its
 //! uncommitted stores (a push's array element) are discarded or harmless. A commit either
 //! happened (the operation took effect once) or did not (none of it is visible).
 //!
-//! **Orderings.** Commits are plain stores (a `mov`, or the store half of an unlocked `add`):
-//! on x86-TSO they are release stores, and slots are `AtomicU64`s that readers load with
-//! `Relaxed` ordering; an aligned 8-byte store is single-copy atomic, so
+//! **Orderings.** Commits are plain stores (a `mov`, or the store half of an unlocked `add`;
+//! on AArch64 an `str`): on x86-TSO they are release stores; no reader relies on that: slots
+//! are `AtomicU64`s that readers load with `Relaxed` ordering; an aligned 8-byte store is
+//! single-copy atomic (on both architectures), so
 //! [`PerCpuCounter::sum`] never sees a torn word. `sum` is not a
 //! snapshot: with adds in flight it returns a value between the total of adds that finished
 //! before it began and the total of those that began before it ended (for non-negative adds);
@@ -83,8 +88,9 @@
 //!
 //! # Fallback
 //!
-//! Not x86-64 Linux, a kernel without rseq (before 4.18), a seccomp filter that refuses the
-//! call, or a thread the kernel would not register: operations take the fallback shards,
+//! Not x86-64 or AArch64 Linux, a kernel without rseq (before 4.18), an emulator without it
+//! (`qemu-aarch64` answers `ENOSYS`), a seccomp filter that refuses the call, or a thread the
+//! kernel would not register: operations take the fallback shards,
 //! correct and roughly as fast as an uncontended atomic read-modify-write.
 
 pub mod rseq;
@@ -381,7 +387,93 @@ unsafe fn add_rseq<const FIELD: usize, const ONE: bool>(
     }
 }
 
-#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+/// The counter's critical section on AArch64: the same protocol as the x86-64 one above, for
+/// a load/store architecture. The slot's address is formed first (the index masked, shifted
+/// by 7 for the 128-byte slots, added to the base); then a load of the slot, an add (an
+/// immediate 1, or `v`) and one `str`, the commit: preempted before the `str`, the section
+/// restarts and nothing it did is visible, so the three act as one read-modify-write. The
+/// descriptor's address comes from `adrp`/`add`; the abort handler, after the signature as an
+/// instruction word (`.inst`), counts the abort with an exclusive-pair increment of `ABORTS`
+/// (a relaxed `fetch_add`; no LSE atomics assumed) and restarts.
+///
+/// # Safety
+/// As for the x86-64 form: `area` must be this thread's registered `struct rseq`, and
+/// `cpus.len()` a power of two.
+#[cfg(all(target_arch = "aarch64", target_os = "linux"))]
+#[inline(always)]
+unsafe fn add_rseq<const FIELD: usize, const ONE: bool>(
+    area: *mut u8,
+    cpus: &[CachePadded<AtomicU64>],
+    v: u64,
+) {
+    const _: () = assert!(std::mem::size_of::<CachePadded<AtomicU64>>() == 128);
+    debug_assert!(cpus.len().is_power_of_two() && cpus.len() <= 1 << 32);
+    macro_rules! section {
+        ($add:literal $(, $v:tt)*) => {
+            core::arch::asm!(
+                "2:",
+                "adrp {slot}, 3f",
+                "add {slot}, {slot}, :lo12:3f",
+                "str {slot}, [{area}, #{cs}]",
+                "4:",
+                "ldr {slot:w}, [{area}, #{field}]",
+                "and {slot}, {slot}, {mask}",
+                "add {slot}, {base}, {slot}, lsl #7",
+                "ldr {x}, [{slot}]",
+                $add,
+                "str {x}, [{slot}]",
+                "5:",
+                ".pushsection __rseq_cs, \"aw\"",
+                ".balign 32",
+                "3:",
+                ".long 0, 0",
+                ".quad 4b, 5b - 4b, 6f",
+                ".popsection",
+                ".pushsection __rseq_failure, \"ax\"",
+                ".inst {sig}",
+                "6:",
+                "adrp {slot}, {aborts}",
+                "add {slot}, {slot}, :lo12:{aborts}",
+                "10:",
+                "ldxr {x}, [{slot}]",
+                "add {x}, {x}, #1",
+                "stxr {st:w}, {x}, [{slot}]",
+                "cbnz {st:w}, 10b",
+                "b 2b",
+                ".popsection",
+                area = in(reg) area,
+                mask = in(reg) cpus.len() - 1,
+                base = in(reg) cpus.as_ptr(),
+                $($v = in(reg) v,)*
+                slot = out(reg) _,
+                x = out(reg) _,
+                st = out(reg) _,
+                field = const FIELD,
+                cs = const rseq::RSEQ_CS,
+                sig = const rseq::SIGNATURE,
+                // A pc-relative reference: right in executables and cdylibs, as on x86-64.
+                aborts = sym ABORTS,
+                options(nostack),
+            )
+        };
+    }
+    // SAFETY: the protocol in the module documentation. The only memory written is this
+    // thread's `rseq_cs` word, one slot (an AtomicU64, whose load and store no other thread's
+    // write can come between: a relaxed atomic update), whose index the mask keeps inside
+    // `cpus`, and, on abort, `ABORTS` (an exclusive-pair increment: a relaxed `fetch_add`).
+    unsafe {
+        if ONE {
+            section!("add {x}, {x}, #1")
+        } else {
+            section!("add {x}, {x}, {v}", v)
+        }
+    }
+}
+
+#[cfg(not(all(
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    target_os = "linux"
+)))]
 #[inline(always)]
 unsafe fn add_rseq<const FIELD: usize, const ONE: bool>(
     _: *mut u8,
@@ -426,7 +518,7 @@ struct Line([AtomicU64; 16]);
 /// Why a push or pop returned without doing its work through rseq.
 const DONE: usize = 0;
 const FULL_OR_EMPTY: usize = 1;
-#[allow(dead_code)] // written by the sections' assembly (`mov eax, 2`)
+#[allow(dead_code)] // written by the sections' assembly (`mov eax, 2`, `mov {st}, #2`)
 const NO_SLOT: usize = 2;
 
 impl PerCpuSlots {
@@ -685,12 +777,166 @@ impl PerCpuSlots {
         (status, value)
     }
 
-    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    /// The push's section on AArch64, as on x86-64: the element above the length is written
+    /// first (into the stack, invisible until the commit), then the commit stores the new
+    /// length. Status 0 done, 1 full, 2 no slot; aborts are counted in a register and recorded
+    /// after the section.
+    ///
+    /// # Safety
+    /// `area` must be this thread's registered `struct rseq`.
+    #[cfg(all(target_arch = "aarch64", target_os = "linux"))]
+    #[inline(always)]
+    unsafe fn push_rseq(&self, area: *mut u8, v: usize) -> usize {
+        let status: usize;
+        let mut aborts: usize = 0;
+        // SAFETY: the module's protocol. `stack`: the stack's address; `len`: its length. The
+        // writes are `rseq_cs`, the array word above the length (inside the stack, since
+        // length < capacity) and the commit, the new length. The index is checked against
+        // `cpus`.
+        unsafe {
+            core::arch::asm!(
+                "2:",
+                "adrp {stack}, 3f",
+                "add {stack}, {stack}, :lo12:3f",
+                "str {stack}, [{area}, #{cs}]",
+                "4:",
+                "ldr {stack:w}, [{area}, {index}]",
+                "cmp {stack}, {n}",
+                "b.hs 7f",
+                "mul {stack}, {stack}, {stride}",
+                "add {stack}, {stack}, {base}",
+                "ldr {len}, [{stack}]",
+                "cmp {len}, {cap}",
+                "b.hs 9f",
+                "add {len}, {len}, #1",
+                "str {v}, [{stack}, {len}, lsl #3]",
+                "str {len}, [{stack}]",
+                "5:",
+                "mov {st}, #0",
+                "b 8f",
+                "7:",
+                "mov {st}, #2",
+                "b 8f",
+                "9:",
+                "mov {st}, #1",
+                "8:",
+                ".pushsection __rseq_cs, \"aw\"",
+                ".balign 32",
+                "3:",
+                ".long 0, 0",
+                ".quad 4b, 5b - 4b, 6f",
+                ".popsection",
+                ".pushsection __rseq_failure, \"ax\"",
+                ".inst {sig}",
+                "6:",
+                "add {aborts}, {aborts}, #1",
+                "b 2b",
+                ".popsection",
+                area = in(reg) area,
+                index = in(reg) self.index,
+                n = in(reg) self.cpus,
+                stride = in(reg) self.stride,
+                base = in(reg) self.stacks.as_ptr(),
+                cap = in(reg) self.capacity,
+                v = in(reg) v,
+                aborts = inout(reg) aborts,
+                stack = out(reg) _,
+                len = out(reg) _,
+                st = out(reg) status,
+                cs = const rseq::RSEQ_CS,
+                sig = const rseq::SIGNATURE,
+                options(nostack),
+            );
+        }
+        if aborts != 0 {
+            record_aborts(aborts);
+        }
+        status
+    }
+
+    /// The pop's section on AArch64: reads the top word, then commits the length less one.
+    ///
+    /// # Safety
+    /// `area` must be this thread's registered `struct rseq`.
+    #[cfg(all(target_arch = "aarch64", target_os = "linux"))]
+    #[inline(always)]
+    unsafe fn pop_rseq(&self, area: *mut u8) -> (usize, usize) {
+        let status: usize;
+        let value: usize;
+        let mut aborts: usize = 0;
+        // SAFETY: the module's protocol. The only writes are `rseq_cs` and the commit, which
+        // stores length − 1 after reading the top word.
+        unsafe {
+            core::arch::asm!(
+                "2:",
+                "adrp {stack}, 3f",
+                "add {stack}, {stack}, :lo12:3f",
+                "str {stack}, [{area}, #{cs}]",
+                "4:",
+                "ldr {stack:w}, [{area}, {index}]",
+                "cmp {stack}, {n}",
+                "b.hs 7f",
+                "mul {stack}, {stack}, {stride}",
+                "add {stack}, {stack}, {base}",
+                "ldr {len}, [{stack}]",
+                "cbz {len}, 9f",
+                "ldr {val}, [{stack}, {len}, lsl #3]",
+                "sub {len}, {len}, #1",
+                "str {len}, [{stack}]",
+                "5:",
+                "mov {st}, #0",
+                "b 8f",
+                "7:",
+                "mov {st}, #2",
+                "b 8f",
+                "9:",
+                "mov {st}, #1",
+                "8:",
+                ".pushsection __rseq_cs, \"aw\"",
+                ".balign 32",
+                "3:",
+                ".long 0, 0",
+                ".quad 4b, 5b - 4b, 6f",
+                ".popsection",
+                ".pushsection __rseq_failure, \"ax\"",
+                ".inst {sig}",
+                "6:",
+                "add {aborts}, {aborts}, #1",
+                "b 2b",
+                ".popsection",
+                area = in(reg) area,
+                index = in(reg) self.index,
+                n = in(reg) self.cpus,
+                stride = in(reg) self.stride,
+                base = in(reg) self.stacks.as_ptr(),
+                aborts = inout(reg) aborts,
+                stack = out(reg) _,
+                len = out(reg) _,
+                val = out(reg) value,
+                st = out(reg) status,
+                cs = const rseq::RSEQ_CS,
+                sig = const rseq::SIGNATURE,
+                options(nostack),
+            );
+        }
+        if aborts != 0 {
+            record_aborts(aborts);
+        }
+        (status, value)
+    }
+
+    #[cfg(not(all(
+        any(target_arch = "x86_64", target_arch = "aarch64"),
+        target_os = "linux"
+    )))]
     unsafe fn push_rseq(&self, _: *mut u8, _: usize) -> usize {
         NO_SLOT
     }
 
-    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    #[cfg(not(all(
+        any(target_arch = "x86_64", target_arch = "aarch64"),
+        target_os = "linux"
+    )))]
     unsafe fn pop_rseq(&self, _: *mut u8) -> (usize, usize) {
         (NO_SLOT, 0)
     }

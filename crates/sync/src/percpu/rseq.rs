@@ -18,7 +18,8 @@
 //!    `EBUSY` (someone else registered this thread without telling us), `ENOSYS` (kernel older
 //!    than 4.18), `EPERM`/`EINVAL`/`ENOSYS` from a seccomp filter: this thread takes the
 //!    fallback.
-//! 3. **unavailable**: not on x86-64 Linux, or the probe registration answered `ENOSYS`.
+//! 3. **unavailable**: not on x86-64 or AArch64 Linux, or the probe registration answered
+//!    `ENOSYS` (as it does under `qemu-aarch64`, which does not implement `rseq`).
 //!
 //! A seccomp filter that *kills* a thread calling `rseq` cannot be survived, but neither can
 //! glibc 2.35+ survive it: it registers every thread it starts.
@@ -86,8 +87,16 @@ impl Process {
     }
 }
 
-/// The signature that must precede every abort handler: glibc's for x86 (`RSEQ_SIG`).
+/// The signature that must precede every abort handler: glibc's `RSEQ_SIG` for this
+/// architecture (on x86-64 the data after a `ud1` opcode; on AArch64 a `brk #0x45e0`
+/// instruction word, emitted with `.inst`). The kernel compares the four bytes before the
+/// abort address with the signature the thread registered, so it must be glibc's to share
+/// glibc's registration.
+#[cfg(not(target_arch = "aarch64"))]
 pub const SIGNATURE: u32 = 0x5305_3053;
+/// See the x86-64 definition.
+#[cfg(target_arch = "aarch64")]
+pub const SIGNATURE: u32 = 0xd428_bc00;
 /// Offsets in `struct rseq` (Linux UAPI): `cpu_id` u32 at 4, `rseq_cs` u64 at 8, `mm_cid` u32
 /// at 24 (Linux 6.3+). Public for crates that write critical sections of their own
 /// (`spindle-alloc`); they must follow this module's rules (write only `rseq_cs`, put
@@ -149,9 +158,15 @@ pub fn glibc_offset() -> Option<isize> {
         if registration().registration != Registration::Glibc {
             return None;
         }
-        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        #[cfg(all(
+            any(target_arch = "x86_64", target_arch = "aarch64"),
+            target_os = "linux"
+        ))]
         return imp::glibc_symbols().map(|(offset, _)| offset);
-        #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+        #[cfg(not(all(
+            any(target_arch = "x86_64", target_arch = "aarch64"),
+            target_os = "linux"
+        )))]
         None
     })
 }
@@ -184,13 +199,19 @@ fn first_use() -> Option<*mut u8> {
     a
 }
 
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[cfg(all(
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    target_os = "linux"
+))]
 mod imp {
     use core::ffi::c_ulong;
     #[cfg(not(target_feature = "crt-static"))]
     use core::ffi::{c_char, c_void};
 
+    #[cfg(target_arch = "x86_64")]
     const SYS_RSEQ: usize = 334;
+    #[cfg(target_arch = "aarch64")]
+    const SYS_RSEQ: usize = 293;
     const RSEQ_FLAG_UNREGISTER: usize = 1;
     const AT_RSEQ_FEATURE_SIZE: c_ulong = 27;
     const AT_RSEQ_ALIGN: c_ulong = 28;
@@ -206,6 +227,7 @@ mod imp {
     ///
     /// # Safety
     /// A registration must point at `len` bytes that stay valid until unregistered.
+    #[cfg(target_arch = "x86_64")]
     pub(super) unsafe fn sys_rseq(area: usize, len: usize, flags: usize, sig: u32) -> isize {
         let ret: isize;
         // SAFETY: the x86-64 Linux system call convention: number in rax, arguments in rdi,
@@ -220,6 +242,29 @@ mod imp {
                 in("r10") sig as usize,
                 lateout("rcx") _,
                 lateout("r11") _,
+                options(nostack),
+            );
+        }
+        ret
+    }
+
+    /// See the x86-64 form.
+    ///
+    /// # Safety
+    /// As for the x86-64 form.
+    #[cfg(target_arch = "aarch64")]
+    pub(super) unsafe fn sys_rseq(area: usize, len: usize, flags: usize, sig: u32) -> isize {
+        let ret: isize;
+        // SAFETY: the AArch64 Linux system call convention: number in x8, arguments in x0-x3,
+        // the result in x0; nothing else is clobbered. The caller guarantees the area.
+        unsafe {
+            core::arch::asm!(
+                "svc #0",
+                inlateout("x0") area as isize => ret,
+                in("x1") len,
+                in("x2") flags,
+                in("x3") sig as usize,
+                in("x8") SYS_RSEQ,
                 options(nostack),
             );
         }
@@ -269,10 +314,24 @@ mod imp {
         let (offset, size): (*const isize, *const u32);
         // SAFETY: loads the two addresses from the GOT, which the linker fills with the
         // symbols' addresses or 0 for an undefined weak symbol; no other effect.
+        #[cfg(target_arch = "x86_64")]
         unsafe {
             core::arch::asm!(
                 "mov {o}, qword ptr [rip + __rseq_offset@GOTPCREL]",
                 "mov {s}, qword ptr [rip + __rseq_size@GOTPCREL]",
+                o = out(reg) offset,
+                s = out(reg) size,
+                options(nostack, pure, readonly, preserves_flags),
+            );
+        }
+        // SAFETY: as above, with AArch64's GOT relocations.
+        #[cfg(target_arch = "aarch64")]
+        unsafe {
+            core::arch::asm!(
+                "adrp {o}, :got:__rseq_offset",
+                "ldr {o}, [{o}, :got_lo12:__rseq_offset]",
+                "adrp {s}, :got:__rseq_size",
+                "ldr {s}, [{s}, :got_lo12:__rseq_size]",
                 o = out(reg) offset,
                 s = out(reg) size,
                 options(nostack, pure, readonly, preserves_flags),
@@ -286,11 +345,24 @@ mod imp {
     }
 
     /// The thread pointer: on x86-64 glibc and musl, the word at `fs:0` is its own address.
+    #[cfg(target_arch = "x86_64")]
     pub(super) fn thread_pointer() -> usize {
         let tp: usize;
         // SAFETY: reads the TCB's self pointer, which both C libraries keep at fs:0.
         unsafe {
             core::arch::asm!("mov {}, qword ptr fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
+        }
+        tp
+    }
+
+    /// The thread pointer: on AArch64 the `tpidr_el0` register, to which glibc's
+    /// `__rseq_offset` is relative (`__builtin_thread_pointer`).
+    #[cfg(target_arch = "aarch64")]
+    pub(super) fn thread_pointer() -> usize {
+        let tp: usize;
+        // SAFETY: reads a register; no memory effects.
+        unsafe {
+            core::arch::asm!("mrs {}, tpidr_el0", out(reg) tp, options(nomem, nostack, preserves_flags));
         }
         tp
     }
@@ -302,7 +374,10 @@ mod imp {
 
 /// The length we register: the advertised feature size, never less than the original 32
 /// bytes; and whether `mm_cid` is maintained.
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[cfg(all(
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    target_os = "linux"
+))]
 fn own_len() -> (usize, usize) {
     let (feature, align) = imp::auxv();
     let len = feature.max(ORIGINAL_SIZE);
@@ -313,7 +388,10 @@ fn own_len() -> (usize, usize) {
     }
 }
 
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[cfg(all(
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    target_os = "linux"
+))]
 fn decide() -> Process {
     let (feature_size, _) = imp::auxv();
     // mm_cid is at offset 24; a kernel that advertises at least 28 bytes maintains it, in the
@@ -345,17 +423,23 @@ fn decide() -> Process {
     ok(Registration::Own)
 }
 
-#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+#[cfg(not(all(
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    target_os = "linux"
+)))]
 fn decide() -> Process {
     Process {
         registration: Registration::Unavailable,
         feature_size: 0,
         mm_cid: false,
-        reason: Some("restartable sequences are implemented for x86-64 Linux only"),
+        reason: Some("restartable sequences are implemented for x86-64 and AArch64 Linux only"),
     }
 }
 
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[cfg(all(
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    target_os = "linux"
+))]
 fn glibc_area() -> Option<*mut u8> {
     let (offset, _) = imp::glibc_symbols()?;
     let area = imp::thread_pointer().wrapping_add_signed(offset) as *mut u8;
@@ -366,7 +450,10 @@ fn glibc_area() -> Option<*mut u8> {
     ((cpu as i32) >= 0).then_some(area)
 }
 
-#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+#[cfg(not(all(
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    target_os = "linux"
+)))]
 fn glibc_area() -> Option<*mut u8> {
     None
 }
@@ -393,7 +480,10 @@ impl Drop for Own {
         };
         // From here on this thread takes the fallback (other destructors may still count).
         let _ = AREA.try_with(|c| c.set(NONE));
-        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        #[cfg(all(
+            any(target_arch = "x86_64", target_arch = "aarch64"),
+            target_os = "linux"
+        ))]
         {
             let addr = &*area as *const OwnArea as usize;
             // SAFETY: unregistering the area this thread registered, with the same length
@@ -413,7 +503,10 @@ thread_local! {
     };
 }
 
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[cfg(all(
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    target_os = "linux"
+))]
 fn own_area() -> Option<*mut u8> {
     OWN.try_with(|own| {
         // Busy: a signal handler interrupted this thread's own registration; it counts
@@ -441,7 +534,10 @@ fn own_area() -> Option<*mut u8> {
     .flatten()
 }
 
-#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+#[cfg(not(all(
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    target_os = "linux"
+)))]
 fn own_area() -> Option<*mut u8> {
     None
 }
