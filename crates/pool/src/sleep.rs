@@ -11,7 +11,8 @@
 //!
 //! ```text
 //! sleep(i, ready):                         notify_one() (after any push):
-//!   state[i] = ASLEEP                        light fence (compiler only on x86-64)
+//!   state[i] = ASLEEP                        light fence (a compiler fence on x86-64, and
+//!                                            on AArch64 once membarrier is registered)
 //!   sleepers |= bit(i)        (lock or)      m = sleepers                 (plain load)
 //!   heavy fence (membarrier)                 if m ≠ 0: claim one bit by CAS; if claimed:
 //!   if ready(): withdraw; return                 state[j] = AWAKE; futex_wake(state[j])
@@ -50,7 +51,10 @@
 //! locked RMWs are ordered, so either it sees our bit or our `ready()` sees its job. An idle
 //! pool thus sleeps without interrupting every CPU that runs one of the process's threads,
 //! and its workers burn less CPU between wake-ups, which is also what makes the kernel run a
-//! woken worker at once. Beyond 64 workers (two words) the barrier is always issued.
+//! woken worker at once. Beyond 64 workers (two words) the barrier is always issued, and so
+//! it is on every architecture but x86-64: the argument needs every `lock`ed RMW to be a full
+//! barrier, and an Arm read-modify-write (`ldaxr`/`stlxr`, or an LSE atomic) lets a later
+//! plain load complete before its store is visible.
 //!
 //! **Orderings in the C++ model.** `ASLEEP` is stored before the announcing RMW (Release in
 //! `SeqCst`) and a waker's claiming CAS (Acquire) reads that RMW or a later one, so the waker's
@@ -107,7 +111,12 @@ impl Sleep {
         let state = &self.state[i];
         state.store(ASLEEP, Relaxed);
         let before = word.fetch_or(bit, SeqCst);
-        if !(only_pool_work && self.everyone == Some(before | bit)) {
+        // The skip rests on x86's `lock`ed instructions being full barriers (see "The last
+        // worker to sleep skips the barrier"); elsewhere an atomic read-modify-write followed
+        // by a load is no barrier (an Arm `stlxr` lets a later load pass it), so every sleep
+        // takes the barrier.
+        if !(cfg!(target_arch = "x86_64") && only_pool_work && self.everyone == Some(before | bit))
+        {
             spindle_sync::fence::heavy();
         }
         if !ready() {

@@ -32,13 +32,44 @@
 //! 3. Global membarrier ([`Method::MembarrierGlobal`]): `membarrier(MEMBARRIER_CMD_GLOBAL)` waits
 //!    for an RCU grace period: correct for every thread, but milliseconds per call.
 //!
-//! On targets other than Linux/x86-64 `light()` is compiled as a `SeqCst` fence, and
-//! [`Method::Fence`] (a `SeqCst` fence) is the last resort: a heavy-side-only fence could not
-//! repair a compiler-fence light side. On Linux/x86-64, if neither `membarrier` nor `mprotect`
-//! works (only a seccomp filter forbidding both does that), the process aborts with a message
-//! rather than run protocols whose barrier is missing.
+//! On targets other than Linux on x86-64 or AArch64 `light()` is compiled as a `SeqCst` fence,
+//! and [`Method::Fence`] (a `SeqCst` fence) is the last resort: a heavy-side-only fence could
+//! not repair a compiler-fence light side. On Linux/x86-64, if neither `membarrier` nor
+//! `mprotect` works (only a seccomp filter forbidding both does that), the process aborts with
+//! a message rather than run protocols whose barrier is missing.
 //! Under `--cfg loom` both fences are `SeqCst` fences ([`Method::Fence`]), so loom models of
 //! the protocols built on them check the interleavings they allow.
+//!
+//! # AArch64
+//!
+//! The contract is the same; what keeps it differs. Arm's memory model relaxes every order
+//! (load→load, load→store, store→store, store→load), not only store→load, so a compiler
+//! fence keeps nothing but the compiler's order there. The protocols built on the pair ask
+//! nothing of `light()` beyond store→load: their other orders are `Release` stores and
+//! `Acquire` loads (`ldar`/`stlr`), which Arm honours (the SMR read sides; the pool's pushes;
+//! see each module's orderings). And `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` keeps its
+//! documented contract on every architecture: on arm64 its IPI handler executes `smp_mb()`
+//! (`dmb ish`) on each CPU running a thread of the process, and a thread that is not running
+//! passed a context switch, which is a full barrier there too (`dsb ish` in `__switch_to`,
+//! `smp_mb__after_spinlock()` = `smp_mb()` in the scheduler: both there for `membarrier`).
+//! So on Linux/AArch64:
+//! - `light()` is a `SeqCst` fence (`dmb ish`) until [`heavy_method`] has settled on
+//!   [`Method::MembarrierExpedited`] (the process registered); from then on it is a compiler
+//!   fence, for good. It decides with one load of a flag that only ever goes from "fence" to
+//!   "compiler fence", so a thread that reads a stale value fences when it need not, never the
+//!   reverse; and no `heavy()` returns before the method is settled. SMR collectors and
+//!   domains settle it when they are made ([`prepare`]), so their readers start fence-free.
+//! - [`Method::Mprotect`] is unavailable: AArch64 broadcasts TLB invalidations in hardware
+//!   (`tlbi … is`), so write-protecting a page interrupts no CPU and orders nothing.
+//! - Without an expedited membarrier (kernels before 4.14, a seccomp filter) `heavy()` is a
+//!   `SeqCst` fence ([`Method::Fence`]) and `light()` stays one, as on other targets:
+//!   correct by the memory model, the readers paying a `dmb ish` each. Global membarrier
+//!   (an RCU grace period, milliseconds per call) is not chosen: the fences cost less. If an
+//!   expedited membarrier that worked fails later and no membarrier works at all, the process
+//!   aborts with a message, as on x86-64: `light()` can no longer be repaired then.
+//!
+//! Under `qemu-aarch64` (user-mode emulation) `membarrier` reaches the host kernel, which
+//! interrupts the host CPUs running the emulator's threads, that is, the emulated threads.
 //!
 //! # Coalescing
 //!
@@ -117,14 +148,56 @@ use crate::primitives::{AtomicU64, Ordering::*};
 use crate::EventCount;
 
 /// The hot side of an asymmetric fence: a compiler fence (on Linux/x86-64, when [`heavy`] has
-/// a process-wide barrier; a `SeqCst` fence otherwise). Pair it with [`heavy`] on the cold
-/// side.
+/// a process-wide barrier; on Linux/AArch64 once [`heavy`] has settled on an expedited
+/// membarrier, see "AArch64" in the [module documentation](self)); a `SeqCst` fence
+/// otherwise. Pair it with [`heavy`] on the cold side.
 #[inline(always)]
 pub fn light() {
     #[cfg(all(target_arch = "x86_64", target_os = "linux", not(loom)))]
     std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
-    #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(loom))))]
+    #[cfg(all(target_arch = "aarch64", target_os = "linux", not(loom)))]
+    {
+        if LIGHT_FENCES.load(std::sync::atomic::Ordering::Relaxed) {
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        } else {
+            std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    #[cfg(not(all(
+        any(target_arch = "x86_64", target_arch = "aarch64"),
+        target_os = "linux",
+        not(loom)
+    )))]
     crate::primitives::fence(SeqCst);
+}
+
+/// Linux/AArch64: whether [`light`] must be a full fence. True until [`heavy_method`] settles
+/// on an expedited membarrier, then false for good (see "AArch64" in the module
+/// documentation).
+#[cfg(all(target_arch = "aarch64", target_os = "linux", not(loom)))]
+static LIGHT_FENCES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Whether [`light`] executes a full (`SeqCst`) fence in this process now, rather than a
+/// compiler fence: never on Linux/x86-64; on Linux/AArch64 until [`heavy`] has settled on an
+/// expedited membarrier; always elsewhere and under loom.
+pub fn light_fences() -> bool {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(loom)))]
+    return false;
+    #[cfg(all(target_arch = "aarch64", target_os = "linux", not(loom)))]
+    return LIGHT_FENCES.load(std::sync::atomic::Ordering::Relaxed);
+    #[allow(unreachable_code)]
+    true
+}
+
+/// Settles now which barrier [`heavy`] uses, so that on Linux/AArch64 [`light`] becomes a
+/// compiler fence before the first `heavy()` rather than after it (the first expedited
+/// membarrier registers the process, which may wait for an RCU grace period: milliseconds
+/// that a constructor pays better than a reclaimer's first scan). A no-op elsewhere, where
+/// `light()` is decided at compile time.
+#[inline]
+pub(crate) fn prepare() {
+    #[cfg(all(target_arch = "aarch64", target_os = "linux", not(loom)))]
+    let _ = heavy_method();
 }
 
 /// How a process-wide barrier is issued. See the [module documentation](self).
@@ -136,7 +209,8 @@ pub enum Method {
     Mprotect,
     /// `membarrier(MEMBARRIER_CMD_GLOBAL)`: waits for an RCU grace period (milliseconds).
     MembarrierGlobal,
-    /// A `SeqCst` fence; only a barrier when [`light`] is one too (loom, other targets).
+    /// A `SeqCst` fence; only a barrier when [`light`] is one too (loom, other targets, and
+    /// AArch64 without an expedited membarrier).
     Fence,
 }
 
@@ -175,9 +249,20 @@ impl std::fmt::Display for Unavailable {
 impl std::error::Error for Unavailable {}
 
 /// The method [`heavy`] uses in this process, chosen on first use: the first of
-/// membarrier-expedited, mprotect and membarrier-global that works.
+/// membarrier-expedited, mprotect and membarrier-global that works (on Linux/AArch64:
+/// membarrier-expedited, else a `SeqCst` fence, with [`light`] fenced to match).
 pub fn heavy_method() -> Method {
     *HEAVY_METHOD.get_or_init(|| {
+        #[cfg(all(target_arch = "aarch64", target_os = "linux", not(loom)))]
+        {
+            if barrier(Method::MembarrierExpedited).is_ok() {
+                // From here on every `heavy()` interrupts the process's running threads.
+                LIGHT_FENCES.store(false, std::sync::atomic::Ordering::Release);
+                return Method::MembarrierExpedited;
+            }
+            return Method::Fence;
+        }
+        #[allow(unreachable_code)]
         for m in [
             Method::MembarrierExpedited,
             Method::Mprotect,
@@ -195,13 +280,22 @@ pub fn heavy_method() -> Method {
 /// fence on the heavy side is enough. On Linux/x86-64 `light()` is a compiler fence, and
 /// returning without a barrier would silently break every protocol built on the pair, so the
 /// process stops with a message instead (this needs a seccomp filter that forbids both
-/// `membarrier` and `mprotect`).
+/// `membarrier` and `mprotect`); so does Linux/AArch64 once `light()` has become a compiler
+/// fence (an expedited membarrier that worked, then no membarrier at all).
 fn no_barrier() -> Method {
     #[cfg(all(target_arch = "x86_64", target_os = "linux", not(loom)))]
     {
         eprintln!(
             "spindle-sync: no process-wide barrier is available (membarrier and mprotect both \
              fail); asymmetric fences cannot be honoured, aborting"
+        );
+        std::process::abort();
+    }
+    #[cfg(all(target_arch = "aarch64", target_os = "linux", not(loom)))]
+    if !LIGHT_FENCES.load(std::sync::atomic::Ordering::Relaxed) {
+        eprintln!(
+            "spindle-sync: membarrier stopped working after light() became a compiler fence; \
+             asymmetric fences cannot be honoured, aborting"
         );
         std::process::abort();
     }
@@ -435,8 +529,12 @@ mod sys {
     /// Whether the CPU can invalidate other CPUs' TLB entries without an interrupt (AMD's
     /// `INVLPGB`, which Linux ≥ 6.15 uses for processes that run on many CPUs): then
     /// write-protecting a page interrupts nobody and is no barrier. Unknown (no `/proc`)
-    /// counts as yes.
+    /// counts as yes, and so does every architecture but x86-64 (AArch64 broadcasts TLB
+    /// invalidations in hardware, `tlbi … is`).
     fn broadcast_tlb_flush() -> bool {
+        if !cfg!(target_arch = "x86_64") {
+            return true;
+        }
         static ANSWER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         *ANSWER.get_or_init(|| match std::fs::read_to_string("/proc/cpuinfo") {
             Ok(info) => info
@@ -523,7 +621,18 @@ mod tests {
         }
         // mprotect works on every x86-64 Linux without a seccomp filter, so heavy() has a
         // real barrier here.
-        assert_ne!(heavy_method(), Method::Fence);
+        if cfg!(target_arch = "x86_64") {
+            assert_ne!(heavy_method(), Method::Fence);
+        }
+        // On AArch64 light() is a full fence exactly when heavy() is one.
+        if cfg!(target_arch = "aarch64") {
+            let method = heavy_method();
+            assert_eq!(light_fences(), method == Method::Fence);
+            assert_eq!(
+                barrier(Method::Mprotect).map_err(|e| e.method),
+                Err(Method::Mprotect)
+            );
+        }
     }
 
     #[test]

@@ -83,7 +83,9 @@
 //! `g+2` (the reader is in the current epoch `g+1`, which is allowed), and `X`, tagged `g`, is
 //! freed under the reader. With the fence, `U` is globally visible before the tag is read, so
 //! every reader that pins in an epoch published after that read (`≥ g+1`) sees `U` (TSO is
-//! multi-copy atomic: once any thread could have read `g+1`, `U` is visible to all).
+//! multi-copy atomic: once any thread could have read `g+1`, `U` is visible to all; Armv8 is
+//! other-multi-copy atomic, which gives the same for a store seen by a thread other than its
+//! writer, and the fence is a `dmb ish` there).
 //!
 //! **Why freeing at `t + 2` is safe.** Let `X` be unlinked, tagged `t`, and freed after the
 //! advance `t+1 → t+2` by some thread `A`. Its scan `S` came after a barrier `B` that came
@@ -91,8 +93,9 @@
 //! lasts past the free. At `S`, `R`'s `state` store was either
 //! (a) visible: then `R` was pinned in `t+1` (any other pinned epoch stops the advance), so its
 //!     confirming reload read `t+1`, written after the writer's tag read, hence after `U` was
-//!     visible; `R`'s later load of the pointer (TSO keeps load→load order) sees `U` or a later
-//!     value, never `X`; or
+//!     visible; `R`'s later load of the pointer (TSO keeps load→load order; on AArch64 the
+//!     reload is an `Acquire` load, `ldar`, which keeps it) sees `U` or a later value, never
+//!     `X`; or
 //! (b) not visible: during `B`, `R` executed a full barrier at some point `P` (the contract of
 //!     [`fence::heavy`], or an interrupt for a prepaid ticket). Had `R`'s
 //!     `state` store preceded `P`, it would have been visible at `S`. So it follows `P`, and
@@ -260,6 +263,8 @@ impl Collector {
 
     /// A collector whose epoch advances use `barrier` (see [`Barrier`]).
     pub fn with_barrier(barrier: Barrier) -> Collector {
+        // Readers fence-free from the start where that is decided at run time (AArch64).
+        crate::fence::prepare();
         Collector {
             global: Arc::new(Global {
                 epoch: CachePadded(AtomicU64::new(0)),

@@ -63,7 +63,9 @@
 //!
 //! **Why it is safe.** A writer unlinks `X` (store `U`) and retires it; the push is a `lock
 //! cmpxchg`, so `U` is globally visible before `X` is on the stack, hence before any reclaimer
-//! takes it. The reclaimer's barrier `B` comes after that, and its scan `S` after `B`. Take a
+//! takes it (on AArch64 the push is a `Release` CAS and the take an `Acquire` swap: `U`
+//! happens before the take, and the barrier's `dmb ish` on each CPU orders it for every
+//! reader, Armv8 being other-multi-copy atomic). The reclaimer's barrier `B` comes after that, and its scan `S` after `B`. Take a
 //! reader `R` whose `protect` returned `X` and who dereferences `X` after the free. `R` stored
 //! `X` in its slot and then re-loaded `src` and found `X`, so that re-load came before `U` was
 //! visible. During `B`, `R` executed a full barrier at some point `P` (the contract of
@@ -185,6 +187,8 @@ impl Domain {
 
     /// A domain whose reclaims use `barrier`.
     pub fn with_barrier(barrier: Barrier) -> Domain {
+        // Readers fence-free from the start where that is decided at run time (AArch64).
+        crate::fence::prepare();
         Domain {
             slots: CachePadded(AtomicPtr::new(ptr::null_mut())),
             slot_count: AtomicUsize::new(0),

@@ -24,7 +24,8 @@
 //! compiler fence, so publication and re-check are two plain `mov`s — and the writer pays:
 //! before it scans, it makes sure every CPU has executed a full barrier since its overwrite
 //! became visible, either with [`fence::heavy`](crate::fence::heavy) (a process-wide IPI
-//! barrier, tens of µs) or by waiting for a *prepaid* barrier ticket
+//! barrier, tens of µs; on AArch64 `light()` is a compiler fence once an expedited membarrier
+//! is registered, see [`fence`](crate::fence)) or by waiting for a *prepaid* barrier ticket
 //! ([`PrepaidBarrier`](crate::prepaid::PrepaidBarrier): every CPU takes interrupts anyway; once
 //! each has taken one after the ticket, the barrier has happened for free). After that barrier,
 //! a reader whose publication the scan misses must have executed its re-check after the
