@@ -180,6 +180,32 @@
 //! | `/proc/stat` virtualised (LXCFS renumbers its `cpuN` lines to the container's cpuset) | **known gap**: the Proc source would credit one CPU's idle time to another. Where the online list is virtualised too, Proc's hot-plug check fails every read and `global()` ends on Heavy (safe); where only `/proc/stat` is, use eBPF or Heavy (`with_source`) — LXCFS is not detected |
 //! | a CPU that takes no interrupt (`nohz_full`), a stuck poller, a thread that cannot be spawned | the wait reaches its deadline and issues `fence::heavy()`: latency, never a hang |
 //!
+//! # AArch64: disabled
+//!
+//! Both cheap sources rest on an x86 fact: an interrupt, taken and returned from, orders the
+//! interrupted CPU's memory accesses (`iret` is serialising and the stores before it drain
+//! in order, TSO; the eBPF stamp is a `lock`ed exchange). On AArch64 exception entry and
+//! exception return (`eret`) are *context synchronisation events*: they make the CPU fetch
+//! and execute what follows with the new exception level and system registers in effect, and
+//! they are precise (every instruction before the interrupted point has executed, none
+//! after). They are not barriers: the Arm ARM gives them no ordering of memory accesses, so
+//! stores the interrupted code made may still be in flight, visible to no other CPU, after
+//! the handler has run and its own stores (the `/proc/interrupts` counter, an eBPF stamp)
+//! are visible (Arm lets stores become visible out of order), and loads after `eret` may
+//! have been satisfied early. Linux's arm64 interrupt path issues no `dmb` of its own that it
+//! promises to keep. So "this CPU took an interrupt after the ticket" proves nothing there,
+//! and neither does the interrupt counter; the eBPF exchange would be a barrier on its own
+//! (an `ldaxr`/`stlxr` pair is not even that: a later load may pass its store), and it is
+//! implemented for the x86 JIT only. Context switches *are* full barriers on arm64 (`dsb
+//! ish` in `__switch_to`, `smp_mb()` after the run-queue lock, both kept for `membarrier`),
+//! so a source that counted only switches and idle stints could work; `/proc` has no
+//! per-CPU switch counts to poll, and that source is not written. Hence on AArch64
+//! [`PrepaidBarrier::with_source`] refuses [`Source::Ebpf`] and [`Source::Proc`] with
+//! [`SourceErrorKind::NotSupported`], saying why, and [`PrepaidBarrier::global`] is
+//! [`Source::Heavy`]: every wait issues [`fence::heavy`](crate::fence::heavy) (an expedited
+//! membarrier there) and returns [`Completion::Forced`]. Correct, never silent; the SMR
+//! collectors' `Barrier::Prepaid` policy then costs what `Barrier::Heavy` does.
+//!
 //! # Waiting and why no wake-up is lost
 //!
 //! ```text
@@ -249,6 +275,13 @@ mod procfs;
 /// reading in [`PrepaidBarrier::ticket`] (see the module documentation): an eBPF stamp must
 /// be more than this much later than the ticket to count.
 pub const CLOCK_SLACK_NS: u64 = 1_000;
+
+/// Why the eBPF and `/proc` sources are refused on AArch64 (see "AArch64" in the module
+/// documentation).
+pub(crate) const NOT_ON_AARCH64: &str = "on AArch64 an interrupt is no memory barrier \
+    (exception entry and return are context-synchronising, which orders instruction fetch and \
+    system registers, not memory), so a CPU's interrupts say nothing about its stores: \
+    prepaid barriers are disabled there and waits issue fence::heavy()";
 
 /// Pause iterations a waiter spends re-checking before it sleeps (a few µs).
 const SPIN_CHECKS: u32 = 32;
@@ -507,6 +540,20 @@ impl PrepaidBarrier {
                     loaded.attached.join(",")
                 ));
                 (Backend::Ebpf(loaded), cpus)
+            }
+            Source::Proc if !cfg!(target_arch = "x86_64") => {
+                return Err(SourceError {
+                    source: Source::Proc,
+                    kind: SourceErrorKind::NotSupported,
+                    errno: None,
+                    why: if cfg!(target_arch = "aarch64") {
+                        NOT_ON_AARCH64.into()
+                    } else {
+                        "the /proc source's argument (an interrupt is a full barrier) is made \
+                         for x86-64 only"
+                            .into()
+                    },
+                });
             }
             Source::Proc => {
                 // The first snapshot's start time is read before `open` reads the files: an

@@ -618,7 +618,11 @@ pub(crate) fn load(possible_cpus: usize) -> Result<Loaded, SourceError> {
         return Err(err(
             SourceErrorKind::NotSupported,
             None,
-            "the eBPF source is implemented for Linux/x86-64 only".into(),
+            if cfg!(target_arch = "aarch64") {
+                super::NOT_ON_AARCH64.into()
+            } else {
+                "the eBPF source is implemented for Linux/x86-64 only".into()
+            },
         ));
     }
     check_time_namespace()?;
