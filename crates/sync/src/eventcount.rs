@@ -1621,9 +1621,10 @@ mod tests {
     #[test]
     fn predicate_can_stop_and_move_the_deadline() {
         let ec = EventCount::new();
-        // A predicate that wants to be called periodically keeps a short deadline ahead.
+        // A predicate that wants to be called periodically keeps a short deadline ahead (long
+        // enough that it has not passed by the check after the call, also under emulation).
         let r = ec.wait_until(0, None, |s| {
-            s.deadline = Some(Deadline::after(Duration::from_millis(1)));
+            s.deadline = Some(Deadline::after(Duration::from_millis(20)));
             (s.iteration == 3).then_some("stop")
         });
         assert_eq!(r, Waited::Stopped("stop"));

@@ -26,6 +26,23 @@ pub fn time_limit() -> std::time::Duration {
     std::time::Duration::from_secs_f64(secs)
 }
 
+/// Whether this test runs under an emulator of another architecture (`qemu-aarch64` on an
+/// x86-64 host, as CI's AArch64 step does), and the evidence: QEMU's user mode passes the
+/// host's `/proc/cpuinfo` through, and implements neither `rseq` nor a dependable `fork` of a
+/// multithreaded process (a child forked while other test threads run can hang in the
+/// emulator). Tests that need what it lacks say `skipped` there.
+pub fn emulated() -> Option<&'static str> {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let has = |key: &str| cpuinfo.lines().any(|l| l.starts_with(key));
+    if cfg!(target_arch = "aarch64") && (has("vendor_id") || has("flags")) {
+        Some("an emulator (an AArch64 build reading an x86 /proc/cpuinfo: qemu-aarch64)")
+    } else if cfg!(target_arch = "x86_64") && has("CPU implementer") {
+        Some("an emulator (an x86-64 build reading an Arm /proc/cpuinfo)")
+    } else {
+        None
+    }
+}
+
 /// xorshift64*: enough randomness for burst lengths, dawdling and mixing call forms.
 pub struct Rng(pub u64);
 
