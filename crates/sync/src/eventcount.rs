@@ -236,6 +236,12 @@
 //! **Linearisation points.** A signal: its store to `V`. A wait that returns `Changed`: the
 //! load that observed the new version.
 //!
+//! **On AArch64** (and any target but x86-64) the producer's look at `S` is the `SeqCst` fence
+//! and load above (`dmb ish` on AArch64), and the waiter's `SeqCst` announcement and loads
+//! close the window by the memory model: correct with no barrier and no naps, at the price
+//! of a fence per signal. [`TwoWordEventCount`] is the seed's two-word protocol with its own
+//! C++-model argument and loom models; see its module.
+//!
 //! The single-producer contract is in the types: [`SpEventCount::producer`] hands out one
 //! [`SpProducer`], which is neither `Clone` nor `Sync`; a second one is refused until the first
 //! is dropped (the drop and the next hand-out synchronise through an atomic flag, so the next
@@ -244,6 +250,9 @@
 use std::cell::Cell;
 use std::convert::Infallible;
 use std::marker::PhantomData;
+
+mod two_word;
+pub use two_word::{TwoWordEventCount, TwoWordProducer};
 
 use crate::futex::Parking;
 use crate::primitives::{
@@ -1161,12 +1170,21 @@ impl SpEventCount {
     /// Elsewhere the producer's look is a `SeqCst` fence and a load, and the memory model
     /// already closes the window — except on x86-64 outside Linux (not Miri), whose look is the
     /// `asm` load and which has no process-wide barrier here: there the waiter keeps the naps.
+    /// Where it closes, the waiter still issues a `SeqCst` fence (a `dmb ish` on AArch64,
+    /// before a sleep that costs a system call anyway): its `SeqCst` announcement and load
+    /// already suffice in the C++ model, and the fence makes this path exactly what the loom
+    /// models check (their `fence::heavy()` is a `SeqCst` fence; loom models `SeqCst` accesses
+    /// only as acquire/release).
     #[cfg(not(any(
         all(target_arch = "x86_64", target_os = "linux", not(loom), not(miri)),
         loom
     )))]
     fn barrier_after_announcement() -> bool {
-        !cfg!(all(target_arch = "x86_64", not(miri)))
+        let closes = !cfg!(all(target_arch = "x86_64", not(miri)));
+        if closes {
+            crate::primitives::fence(SeqCst);
+        }
+        closes
     }
 
     /// Spins are answered again: trust them, and withdraw any request for fenced signals.

@@ -1,7 +1,9 @@
 //! Scheduler-aware synchronisation primitives for Linux/x86-64.
 //!
 //! - [`eventcount`]: [`EventCount`] (multi-producer) and [`SpEventCount`] (single producer,
-//!   no atomic instruction on the signal path): block on lock-free data, free when nobody sleeps.
+//!   no atomic instruction on the signal path): block on lock-free data, free when nobody sleeps;
+//!   [`TwoWordEventCount`], the single-producer count whose correctness rests on the C++ memory
+//!   model alone (a fence per signal: what any weak memory model can run as is).
 //! - [`spsc`]: a bounded single-producer single-consumer ring that blocks, on two
 //!   `SpEventCount`s; [`mpmc`]: a bounded many-producer many-consumer channel.
 //! - [`lock`]: spinlocks, a futex mutex and Spindle's own [`lock::Mutex`], all
@@ -106,6 +108,6 @@ pub mod smr;
 pub mod spsc;
 pub mod time;
 
-pub use eventcount::{EventCount, SpEventCount};
+pub use eventcount::{EventCount, SpEventCount, TwoWordEventCount};
 pub use rotary::RotarySet;
 pub use time::{Deadline, IntoDeadline};
