@@ -5,7 +5,8 @@
 //! A large block is `[header page][the caller's bytes]`: the returned pointer is page
 //! aligned (or aligned more, for requests that ask), and the 16 bytes before it hold the
 //! mapping's start and length, so `free` needs no table. The header page costs one page of
-//! memory per large block (at most 1/16 of a 64 KiB block).
+//! memory per large block (at most 1/16 of a 64 KiB block; on AArch64 the "page" is 64 KiB of
+//! address space, see [`PAGE`], of which one kernel page is touched).
 
 use core::ffi::c_void;
 use core::ptr;
@@ -13,8 +14,15 @@ use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use rustix::mm::{self, Advice, MapFlags, MremapFlags, ProtFlags};
 
-/// The page size we assume for alignment and headers (x86-64).
+/// The page size we assume for alignment and headers: x86-64's 4 KiB.
+#[cfg(not(target_arch = "aarch64"))]
 pub const PAGE: usize = 4096;
+/// On AArch64, 64 KiB: arm64 kernels run with 4, 16 or 64 KiB pages (RHEL's and others' use
+/// 64 KiB), and every range this module unmaps, trims or gives back must be page aligned on
+/// the kernel at hand, which alignment to the largest guarantees. A large block's header then
+/// spans 64 KiB of address space, of which only its last 16 bytes are ever touched.
+#[cfg(target_arch = "aarch64")]
+pub const PAGE: usize = 65536;
 
 /// Bytes currently mapped for large blocks.
 pub static LARGE_MAPPED: AtomicUsize = AtomicUsize::new(0);
@@ -120,6 +128,7 @@ pub fn large_alloc_reused(size: usize, align: usize) -> (*mut u8, bool) {
 /// bytes are zero (fresh pages).
 fn fresh(size: usize, align: usize) -> *mut u8 {
     let align = align.max(PAGE);
+    #[cfg(not(target_arch = "aarch64"))]
     let Some(len) = size
         .checked_add(align)
         .and_then(|n| n.checked_add(PAGE - 1))
@@ -127,12 +136,29 @@ fn fresh(size: usize, align: usize) -> *mut u8 {
     else {
         return ptr::null_mut();
     };
+    // On AArch64 the mapping is aligned to the kernel's page, which may be smaller than
+    // `PAGE`: room for a whole `PAGE` of header before the first `align` boundary past it.
+    #[cfg(target_arch = "aarch64")]
+    let Some(len) = size
+        .checked_add(PAGE - 1)
+        .map(|n| n & !(PAGE - 1))
+        .and_then(|n| n.checked_add(align))
+        .and_then(|n| n.checked_add(PAGE))
+    else {
+        return ptr::null_mut();
+    };
     let base = reserve(len);
     if base.is_null() {
         return base;
     }
-    // The first `align` boundary at least 16 bytes in (a page in, since align >= PAGE).
+    // The first `align` boundary at least 16 bytes in (a page in, since align >= PAGE and
+    // the mapping is page aligned).
+    #[cfg(not(target_arch = "aarch64"))]
     let user = round_up(base as usize + 16, align);
+    // The first `align` boundary at least a `PAGE` in (the mapping need not be `PAGE`
+    // aligned there).
+    #[cfg(target_arch = "aarch64")]
+    let user = round_up(base as usize + PAGE, align);
     let (head, tail) = (
         user - PAGE - base as usize,
         len - (user + round_up(size, PAGE) - base as usize),
