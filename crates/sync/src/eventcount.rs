@@ -251,7 +251,7 @@ use std::cell::Cell;
 use std::convert::Infallible;
 use std::marker::PhantomData;
 
-mod two_word;
+pub mod two_word;
 pub use two_word::{TwoWordEventCount, TwoWordProducer};
 
 use crate::futex::Parking;

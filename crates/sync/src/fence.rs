@@ -58,7 +58,8 @@
 //!   fence, for good. It decides with one load of a flag that only ever goes from "fence" to
 //!   "compiler fence", so a thread that reads a stale value fences when it need not, never the
 //!   reverse; and no `heavy()` returns before the method is settled. SMR collectors and
-//!   domains settle it when they are made ([`prepare`]), so their readers start fence-free.
+//!   domains settle it when they are made (`fence::prepare`), so their readers start
+//!   fence-free.
 //! - [`Method::Mprotect`] is unavailable: AArch64 broadcasts TLB invalidations in hardware
 //!   (`tlbi … is`), so write-protecting a page interrupts no CPU and orders nothing.
 //! - Without an expedited membarrier (kernels before 4.14, a seccomp filter) `heavy()` is a
