@@ -340,9 +340,26 @@ fn a_loop_with_costly_items_is_shared() {
         |a, b| a + b,
     );
     assert_eq!(n, 200);
-    if std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2 {
+    if emulated() {
+        // The loop asks for a helper once, after its first item; under QEMU the second worker
+        // can still be on its way to sleep then (code runs many times slower, and the first
+        // run of every path is translated), so whether the loop splits is the emulator's
+        // timing, not the pool's logic.
+        eprintln!("skipped: whether the loop split (timing under an emulator)");
+    } else if std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2 {
         assert_eq!(who.lock().unwrap().len(), 2, "the loop never split");
     }
+}
+
+/// Whether this test runs under an emulator of another architecture: an AArch64 build
+/// reading an x86 `/proc/cpuinfo`, as under `qemu-aarch64` on an x86-64 host (CI's AArch64
+/// step).
+fn emulated() -> bool {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    cfg!(target_arch = "aarch64")
+        && cpuinfo
+            .lines()
+            .any(|l| l.starts_with("vendor_id") || l.starts_with("flags"))
 }
 
 #[test]
