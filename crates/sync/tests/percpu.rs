@@ -481,9 +481,13 @@ fn deny_rseq() -> bool {
     const LD_W_ABS: u16 = 0x20;
     const JEQ_K: u16 = 0x15;
     const RET_K: u16 = 0x06;
-    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+    // This architecture's audit value and rseq number: only its system calls are judged.
+    #[cfg(not(target_arch = "aarch64"))]
+    const ARCH_AND_RSEQ: (u32, u32) = (0xc000_003e, 334); // AUDIT_ARCH_X86_64
+    #[cfg(target_arch = "aarch64")]
+    const ARCH_AND_RSEQ: (u32, u32) = (0xc000_00b7, 293); // AUDIT_ARCH_AARCH64
     let program = [
-        // Only x86-64 system calls are judged (arch at offset 4, nr at offset 0).
+        // Only this architecture's system calls are judged (arch at offset 4, nr at offset 0).
         SockFilter {
             code: LD_W_ABS,
             jt: 0,
@@ -494,7 +498,7 @@ fn deny_rseq() -> bool {
             code: JEQ_K,
             jt: 0,
             jf: 3,
-            k: AUDIT_ARCH_X86_64,
+            k: ARCH_AND_RSEQ.0,
         },
         SockFilter {
             code: LD_W_ABS,
@@ -506,7 +510,7 @@ fn deny_rseq() -> bool {
             code: JEQ_K,
             jt: 0,
             jf: 1,
-            k: 334,
+            k: ARCH_AND_RSEQ.1,
         },
         SockFilter {
             code: RET_K,
