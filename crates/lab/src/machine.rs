@@ -276,9 +276,14 @@ impl Machine {
             .split_whitespace()
             .collect::<Vec<_>>()
             .join(" ");
-        match &self.microarchitecture {
+        let name = match &self.microarchitecture {
             Some(u) => format!("{name} ({u})"),
             None => format!("{name} ({})", self.cpu_family_model),
+        };
+        // Under emulation the CPU named is the host's, not the one the code was built for.
+        match self.emulated {
+            Some(_) => format!("{} emulated on {name}", std::env::consts::ARCH),
+            None => name,
         }
     }
 
