@@ -40,9 +40,9 @@
 //!         if V != old: return V
 //! ```
 //!
-//! With nobody waiting a signal is two loads of `F` (on a line that only waiters write), a
-//! store of `V`, a full fence and two predictable branches: on AArch64 `ldr`, `stlr`,
-//! `dmb ish`, `ldr`; on x86-64 `mov`, `mov`, `mfence`, `mov`.
+//! With nobody waiting a signal is two loads of `F` (on a line nobody writes while nobody
+//! waits), a store of `V`, a full fence and two predictable branches: on AArch64 `ldr`,
+//! `stlr`, `dmb ish`, `ldr`; on x86-64 `mov`, `mov`, `mfence`, `mov`.
 //!
 //! # Why no wake-up is lost
 //!
