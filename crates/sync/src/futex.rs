@@ -145,7 +145,7 @@ pub(crate) fn wake_all_private_inline(word: &std::sync::atomic::AtomicU32) {
 /// The low (least significant) 32 bits of a 64-bit atomic word, as the address a futex call
 /// takes. Only ever handed to the kernel, which reads it atomically; Rust code never performs
 /// a 32-bit access to the 64-bit atomic, so there is no mixed-size access on our side.
-#[cfg(not(loom))]
+#[cfg(not(any(loom, miri)))]
 fn low_half(word: &std::sync::atomic::AtomicU64) -> &std::sync::atomic::AtomicU32 {
     #[cfg(not(target_endian = "little"))]
     compile_error!("spindle-sync assumes a little-endian target for 64-bit futex words");
@@ -198,7 +198,7 @@ impl Parking {
     }
 
     /// Sleep while the low 32 bits of `word` equal `expected`.
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, miri)))]
     #[inline]
     pub(crate) fn wait64_low(
         &self,
@@ -209,16 +209,44 @@ impl Parking {
         wait(low_half(word), expected, deadline)
     }
 
+    /// Under Miri: poll the whole word, yielding, instead of handing its low half to the
+    /// futex. Miri emulates the futex with a 4-byte atomic read of that half, and reports it
+    /// as a mixed-size race with the protocol's 8-byte accesses; the kernel's read is no Rust
+    /// access. (What Miri checks here is the code around the wait, not the futex.)
+    #[cfg(all(miri, not(loom)))]
+    pub(crate) fn wait64_low(
+        &self,
+        word: &crate::primitives::AtomicU64,
+        expected: u32,
+        deadline: Option<Deadline>,
+    ) -> WaitResult {
+        loop {
+            if word.load(std::sync::atomic::Ordering::SeqCst) as u32 != expected {
+                return WaitResult::ValueChanged;
+            }
+            if deadline.is_some_and(Deadline::has_passed) {
+                return WaitResult::TimedOut;
+            }
+            std::thread::yield_now();
+        }
+    }
+
     #[cfg(not(loom))]
     #[inline]
     pub(crate) fn wake32(&self, word: &crate::primitives::AtomicU32, n: u32) -> usize {
         wake(word, n)
     }
 
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, miri)))]
     #[inline]
     pub(crate) fn wake64_low(&self, word: &crate::primitives::AtomicU64, n: u32) -> usize {
         wake(low_half(word), n)
+    }
+
+    /// Under Miri the waiters poll (see `wait64_low`): nobody to wake.
+    #[cfg(all(miri, not(loom)))]
+    pub(crate) fn wake64_low(&self, _word: &crate::primitives::AtomicU64, _n: u32) -> usize {
+        0
     }
 
     #[cfg(loom)]

@@ -436,7 +436,9 @@ mod tests {
         let mut p = ec.producer().unwrap();
         p.increment();
         assert_eq!(ec.wait(0, None), Ok(1));
-        let d = Deadline::after(Duration::from_millis(5));
+        // Long enough under Miri (interpreted, far slower) for the spin to end and the
+        // waiter to announce itself before the deadline.
+        let d = Deadline::after(Duration::from_millis(if cfg!(miri) { 500 } else { 5 }));
         assert_eq!(ec.wait(1, Some(d)), Err(TimedOut));
         assert!(d.has_passed());
         assert!(ec.has_waiters(), "a timed-out waiter leaves its flag");
