@@ -794,6 +794,12 @@ impl SpEventCount {
         self.fenced.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// After how many polls of its spin a waiter yields, as learnt (`wait_until`): 0 once the
+    /// waiters have found their producer on their own CPU, where polling only delays it.
+    pub(crate) fn polls_before_yield(&self) -> u32 {
+        self.yield_at.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Publish `new` as the version and wake any sleepers: the producer's signal.
     ///
     /// Crate-internal, for types that hold the producer role by construction (the SPSC
