@@ -16,6 +16,12 @@
 //! Rings that never block are driven the way their users drive them: retry, with a `pause`
 //! between tries and a `sched_yield` every 64 tries.
 //!
+//! Every rival runs the same measured loops (`send_n`, `recv_n`, `ping_n`, `pong_n`): each in a
+//! function of its own that owns its ends and returns at the first error instead of panicking,
+//! and that keeps received items alive with an `asm` that touches no memory rather than
+//! `black_box`. A landing pad or a memory clobber in the loop would make the compiler keep the
+//! ends' fields in memory, and store a ring's cached index after every operation.
+//!
 //! [`RIVALS`] declares the rings and channels once: id, label, and the function that runs it
 //! in each section. A [`Peer`] (the adapter to one crate's API) takes part in every section
 //! that its traits allow: the idle and wake sections take those that block, the MPMC section
@@ -44,8 +50,10 @@ trait Peer: 'static {
     /// Whether `send`/`recv` block (else they spin and yield).
     const BLOCKS: bool;
     fn make<T: Send + 'static>(cap: usize) -> (Self::Tx<T>, Self::Rx<T>);
-    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T);
-    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> T;
+    /// Send `v`; false if the other side is gone.
+    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) -> bool;
+    /// Receive; None if the other side is gone.
+    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> Option<T>;
 }
 
 /// Peers whose both ends can be cloned.
@@ -80,12 +88,12 @@ impl Peer for SpindleSpsc {
         spsc::ring(cap)
     }
     #[inline]
-    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) {
-        tx.push(v).unwrap_or_else(|_| panic!("consumer gone"));
+    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) -> bool {
+        tx.push(v).is_ok()
     }
     #[inline]
-    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> T {
-        rx.pop().expect("producer gone")
+    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> Option<T> {
+        rx.pop().ok()
     }
 }
 
@@ -98,12 +106,12 @@ impl Peer for SpindleMpmc {
         mpmc::channel(cap)
     }
     #[inline]
-    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) {
-        tx.send(v).unwrap_or_else(|_| panic!("receivers gone"));
+    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) -> bool {
+        tx.send(v).is_ok()
     }
     #[inline]
-    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> T {
-        rx.recv().expect("senders gone")
+    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> Option<T> {
+        rx.recv().ok()
     }
 }
 impl Multi for SpindleMpmc {
@@ -124,7 +132,7 @@ impl Peer for Rtrb {
         rtrb::RingBuffer::new(cap)
     }
     #[inline]
-    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) {
+    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) -> bool {
         let mut v = Some(v);
         spin(|| match tx.push(v.take()?) {
             Ok(()) => Some(()),
@@ -132,11 +140,12 @@ impl Peer for Rtrb {
                 v = Some(back);
                 None
             }
-        })
+        });
+        true // rtrb cannot tell: its consumer never leaves while the lab runs
     }
     #[inline]
-    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> T {
-        spin(|| rx.pop().ok())
+    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> Option<T> {
+        Some(spin(|| rx.pop().ok()))
     }
 }
 
@@ -149,12 +158,12 @@ impl Peer for CrossbeamChannel {
         crossbeam_channel::bounded(cap)
     }
     #[inline]
-    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) {
-        tx.send(v).unwrap_or_else(|_| panic!("receivers gone"));
+    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) -> bool {
+        tx.send(v).is_ok()
     }
     #[inline]
-    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> T {
-        rx.recv().expect("senders gone")
+    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> Option<T> {
+        rx.recv().ok()
     }
 }
 impl Multi for CrossbeamChannel {
@@ -176,7 +185,7 @@ impl Peer for CrossbeamArrayQueue {
         (q.clone(), q)
     }
     #[inline]
-    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) {
+    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) -> bool {
         let mut v = Some(v);
         spin(|| match tx.push(v.take()?) {
             Ok(()) => Some(()),
@@ -184,11 +193,12 @@ impl Peer for CrossbeamArrayQueue {
                 v = Some(back);
                 None
             }
-        })
+        });
+        true // a queue has no other side to leave
     }
     #[inline]
-    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> T {
-        spin(|| rx.pop())
+    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> Option<T> {
+        Some(spin(|| rx.pop()))
     }
 }
 impl Multi for CrossbeamArrayQueue {
@@ -209,12 +219,12 @@ impl Peer for Flume {
         flume::bounded(cap)
     }
     #[inline]
-    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) {
-        tx.send(v).unwrap_or_else(|_| panic!("receivers gone"));
+    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) -> bool {
+        tx.send(v).is_ok()
     }
     #[inline]
-    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> T {
-        rx.recv().expect("senders gone")
+    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> Option<T> {
+        rx.recv().ok()
     }
 }
 impl Multi for Flume {
@@ -235,12 +245,12 @@ impl Peer for Kanal {
         kanal::bounded(cap)
     }
     #[inline]
-    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) {
-        tx.send(v).unwrap_or_else(|_| panic!("receivers gone"));
+    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) -> bool {
+        tx.send(v).is_ok()
     }
     #[inline]
-    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> T {
-        rx.recv().expect("senders gone")
+    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> Option<T> {
+        rx.recv().ok()
     }
 }
 impl Multi for Kanal {
@@ -261,12 +271,12 @@ impl Peer for StdSync {
         std::sync::mpsc::sync_channel(cap)
     }
     #[inline]
-    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) {
-        tx.send(v).unwrap_or_else(|_| panic!("receiver gone"));
+    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) -> bool {
+        tx.send(v).is_ok()
     }
     #[inline]
-    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> T {
-        rx.recv().expect("senders gone")
+    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> Option<T> {
+        rx.recv().ok()
     }
 }
 
@@ -281,12 +291,12 @@ impl Peer for RingbufBlocking {
         ringbuf_blocking::BlockingHeapRb::<T>::new(cap).split()
     }
     #[inline]
-    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) {
-        tx.push(v).unwrap_or_else(|_| panic!("consumer gone"));
+    fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) -> bool {
+        tx.push(v).is_ok()
     }
     #[inline]
-    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> T {
-        rx.pop().unwrap_or_else(|_| panic!("producer gone"))
+    fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> Option<T> {
+        rx.pop().ok()
     }
 }
 
@@ -312,35 +322,132 @@ fn pair<A: Send, B: Send>(
 
 const CAPACITY: usize = 1024;
 
-/// `n` pushes and pops on one thread, one item in the ring at a time.
-#[inline(never)]
-fn one_thread<P: Peer>(n: u64) -> Span {
-    let (mut tx, mut rx) = P::make::<u64>(CAPACITY);
-    crate::kit::time(|| {
-        for i in 0..n {
-            P::send(&mut tx, i);
-            std::hint::black_box(P::recv(&mut rx));
+// The measured loops. Each runs in a function of its own that owns its ends (taken by
+// value and moved into locals: an argument passed by value lives in the caller's memory, where
+// the compiler keeps a handle's fields up to date after every operation) and stops at the first
+// error, returning false, which its caller turns into a panic once the loop is over. A panic inside the loop, or a call that may unwind anywhere in the
+// function that holds an end, gives that function a landing pad that drops the end, so the end
+// must live in memory: a ring that keeps its index in its handle (rtrb, Spindle's spsc) then
+// has that index stored to memory on every operation (the compiler must assume the `Release`
+// store that publishes an item can make it visible), one store per item more than the ring
+// itself does, which streaming between two CPUs pays in full. Every rival runs the same loops.
+
+/// An item the loops send, and keep alive once received as far as the compiler knows
+/// (`consume`) without `std::hint::black_box`, whose `asm` clobbers all memory: after it every
+/// end that lives in memory counts as read and written, so a ring's handle fields would be
+/// stored and reloaded around each receive. `consume` hands each 8-byte word of the item to an
+/// empty `asm` that touches no memory instead.
+trait Item: Send + Copy + Default + 'static {
+    fn consume(self);
+}
+
+impl Item for u64 {
+    #[inline(always)]
+    fn consume(self) {
+        // SAFETY: an empty template: it reads the register and does nothing else.
+        unsafe {
+            std::arch::asm!("/* {0} */", in(reg) self, options(nomem, nostack, preserves_flags))
+        };
+    }
+}
+
+impl Item for [u64; 8] {
+    #[inline(always)]
+    fn consume(self) {
+        for w in self {
+            w.consume();
         }
-    })
+    }
+}
+
+/// `n` sends of `item()`; false if the receiver left.
+#[inline(never)]
+fn send_n<P: Peer, T: Send + 'static>(tx: P::Tx<T>, n: u64, item: impl Fn(u64) -> T) -> bool {
+    let mut tx = tx; // a local of this function (see above)
+    for i in 0..n {
+        if !P::send(&mut tx, item(i)) {
+            return false;
+        }
+    }
+    true
+}
+
+/// `n` receives; false if the sender left.
+#[inline(never)]
+fn recv_n<P: Peer, T: Item>(rx: P::Rx<T>, n: u64) -> bool {
+    let mut rx = rx; // a local of this function (see above)
+    for _ in 0..n {
+        match P::recv(&mut rx) {
+            Some(v) => v.consume(),
+            None => return false,
+        }
+    }
+    true
+}
+
+/// The ends a two-ended loop gives back, and whether it ran to the end.
+type Ends<P> = (bool, <P as Peer>::Tx<u64>, <P as Peer>::Rx<u64>);
+
+/// `n` times: send, then receive (the reply, or on one thread the item just sent). The ends
+/// come back to the caller, which drops them: dropping the first here could unwind while the
+/// second is alive, and the landing pad that would drop the second is an escape of its
+/// address like any other (see above).
+#[inline(never)]
+fn ping_n<P: Peer>(tx: P::Tx<u64>, rx: P::Rx<u64>, n: u64) -> Ends<P> {
+    let (mut tx, mut rx) = (tx, rx); // locals of this function (see above)
+    for i in 0..n {
+        if !P::send(&mut tx, i) {
+            return (false, tx, rx);
+        }
+        match P::recv(&mut rx) {
+            Some(v) => v.consume(),
+            None => return (false, tx, rx),
+        }
+    }
+    (true, tx, rx)
+}
+
+/// `n` times: receive, then send it back; the ends come back as from `ping_n`.
+#[inline(never)]
+fn pong_n<P: Peer>(tx: P::Tx<u64>, rx: P::Rx<u64>, n: u64) -> Ends<P> {
+    let (mut tx, mut rx) = (tx, rx); // locals of this function (see above)
+    for _ in 0..n {
+        let Some(v) = P::recv(&mut rx) else {
+            return (false, tx, rx);
+        };
+        if !P::send(&mut tx, v) {
+            return (false, tx, rx);
+        }
+    }
+    (true, tx, rx)
+}
+
+/// `n` pushes and pops on one thread, one item in the ring at a time.
+fn one_thread<P: Peer>(n: u64) -> Span {
+    let (tx, rx) = P::make::<u64>(CAPACITY);
+    let mut ends = None;
+    let span = crate::kit::time(|| ends = Some(ping_n::<P>(tx, rx, n)));
+    assert!(
+        ends.is_some_and(|(done, _, _)| done),
+        "one_thread: a side of the ring is gone"
+    );
+    span
 }
 
 /// `n` items of type T from one thread to another.
-fn stream<P: Peer, T: Send + Copy + Default + 'static>(n: u64, pin: Option<&[usize]>) -> Span {
+fn stream<P: Peer, T: Item>(n: u64, pin: Option<&[usize]>) -> Span {
     let (tx, rx) = P::make::<T>(CAPACITY);
     pair(
         tx,
         rx,
         pin,
-        |mut tx| {
-            for _ in 0..n {
-                P::send(&mut tx, T::default());
-            }
+        |tx| {
+            assert!(
+                send_n::<P, T>(tx, n, |_| T::default()),
+                "stream: receiver gone"
+            )
         },
-        |mut rx| {
-            for _ in 0..n {
-                std::hint::black_box(P::recv(&mut rx));
-            }
-        },
+        |rx| assert!(recv_n::<P, T>(rx, n), "stream: sender gone"),
     )
 }
 
@@ -352,18 +459,8 @@ fn ping_pong<P: Peer>(n: u64, pin: Option<&[usize]>) -> Span {
         (ping_tx, pong_rx),
         (pong_tx, ping_rx),
         pin,
-        |(mut tx, mut rx)| {
-            for i in 0..n {
-                P::send(&mut tx, i);
-                std::hint::black_box(P::recv(&mut rx));
-            }
-        },
-        |(mut tx, mut rx)| {
-            for _ in 0..n {
-                let v = P::recv(&mut rx);
-                P::send(&mut tx, v);
-            }
-        },
+        |(tx, rx)| assert!(ping_n::<P>(tx, rx, n).0, "ping-pong: partner gone"),
+        |(tx, rx)| assert!(pong_n::<P>(tx, rx, n).0, "ping-pong: partner gone"),
     )
 }
 
@@ -392,15 +489,13 @@ fn idle_consumer<P: Peer>(n: u64, pin: Option<&[usize]>) -> Sample {
                 if let Some(d) = due.checked_duration_since(Instant::now()) {
                     std::thread::sleep(d);
                 }
-                P::send(&mut tx, i);
+                assert!(P::send(&mut tx, i), "idle: receiver gone");
             }
         },
         |mut rx| {
-            std::hint::black_box(P::recv(&mut rx));
+            std::hint::black_box(P::recv(&mut rx).expect("idle: sender gone"));
             let (c0, t0) = (thread_cpu(), Instant::now());
-            for _ in 0..n {
-                std::hint::black_box(P::recv(&mut rx));
-            }
+            assert!(recv_n::<P, u64>(rx, n), "idle: sender gone");
             let (c1, t1) = (thread_cpu(), Instant::now());
             *share.lock().unwrap_or_else(|e| e.into_inner()) =
                 100.0 * (c1 - c0).as_secs_f64() / (t1 - t0).as_secs_f64();
@@ -426,14 +521,14 @@ fn wake<P: Peer>(n: u64, pin: Option<&[usize]>, ticks_per_ns: f64) -> Vec<f64> {
                     std::hint::spin_loop();
                 }
                 std::thread::sleep(Duration::from_micros(300));
-                P::send(&mut tx, rdtsc());
+                assert!(P::send(&mut tx, rdtsc()), "wake: receiver gone");
             }
         },
         |mut rx| {
             let mut mine = Vec::with_capacity(n as usize);
             for i in 1..=n {
                 waiting.store(i, Release);
-                let sent = P::recv(&mut rx);
+                let sent = P::recv(&mut rx).expect("wake: sender gone");
                 mine.push(rdtsc().saturating_sub(sent) as f64 / ticks_per_ns);
             }
             *latencies.lock().unwrap_or_else(|e| e.into_inner()) = mine;
@@ -499,24 +594,26 @@ fn many<P: Multi>(n: u64, threads: usize) -> Span {
     };
     run_together(senders + receivers, None, |i| {
         if i < senders {
-            let mut tx = txs[i]
+            let tx = txs[i]
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .take()
                 .expect("once");
-            for v in 0..share(n, senders, i) {
-                P::send(&mut tx, v);
-            }
+            assert!(
+                send_n::<P, u64>(tx, share(n, senders, i), |v| v),
+                "mpmc: receivers gone"
+            );
         } else {
             let j = i - senders;
-            let mut rx = rxs[j]
+            let rx = rxs[j]
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .take()
                 .expect("once");
-            for _ in 0..share(n, receivers, j) {
-                std::hint::black_box(P::recv(&mut rx));
-            }
+            assert!(
+                recv_n::<P, u64>(rx, share(n, receivers, j)),
+                "mpmc: senders gone"
+            );
         }
     })
 }
@@ -794,12 +891,12 @@ macro_rules! unbounded {
                 $make()
             }
             #[inline]
-            fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) {
-                tx.send(v).unwrap_or_else(|_| panic!("receivers gone"));
+            fn send<T: Send + 'static>(tx: &mut Self::Tx<T>, v: T) -> bool {
+                tx.send(v).is_ok()
             }
             #[inline]
-            fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> T {
-                rx.recv().expect("senders gone")
+            fn recv<T: Send + 'static>(rx: &mut Self::Rx<T>) -> Option<T> {
+                rx.recv().ok()
             }
         }
         UnboundedRival {
