@@ -794,10 +794,15 @@ impl SpEventCount {
         self.fenced.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// After how many polls of its spin a waiter yields, as learnt (`wait_until`): 0 once the
-    /// waiters have found their producer on their own CPU, where polling only delays it.
-    pub(crate) fn polls_before_yield(&self) -> u32 {
-        self.yield_at.load(std::sync::atomic::Ordering::Relaxed)
+    /// How many of `max` polls a waiter may spend before it waits, by what the waiters have
+    /// learnt (`wait_until`): none once their spins go unanswered (a producer that signals
+    /// rarely: each wait ends asleep) or once they yield at once (their producer shares their
+    /// CPU, where polling only delays it); else at most as many as they poll before yielding.
+    pub(crate) fn polls_worth_spinning(&self, max: u32) -> u32 {
+        if self.spin.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        max.min(self.yield_at.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// Publish `new` as the version and wake any sleepers: the producer's signal.

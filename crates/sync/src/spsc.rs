@@ -468,11 +468,13 @@ cold_wait! {
 /// 1.05-1.09 with 8, no better with 32 or 64, 1.5-1.6 with two pauses per look. None once
 /// that count's waiters have learnt to yield at once (their producer shares their CPU, which
 /// these looks would only keep from running: with 32 of them the one-CPU ping-pong took 0.75
-/// × rtrb's time instead of 0.47 ×), and none under loom.
+/// × rtrb's time instead of 0.47 ×), none once their spins go unanswered (a slow producer: the
+/// looks would only add to the CPU time of a consumer that sleeps before every item, the lab's
+/// idle consumer), and none under loom.
 #[inline]
 fn quick_polls(ec: &SpEventCount) -> u32 {
     const QUICK_POLLS: u32 = if cfg!(loom) { 0 } else { 8 };
-    QUICK_POLLS.min(ec.polls_before_yield())
+    ec.polls_worth_spinning(QUICK_POLLS)
 }
 
 /// Block until the other side's index in `ec` is no longer the one of version `at` (what this

@@ -998,10 +998,11 @@ macro_rules! select_rival {
                 (a.1, b.1),
                 pin,
                 |(a, b)| {
-                    for i in 0..n {
-                        let tx = if i % 2 == 0 { &a } else { &b };
-                        tx.send(i).expect("the receiver lives");
+                    let mut sent = 0;
+                    while sent < n && (if sent % 2 == 0 { &a } else { &b }).send(sent).is_ok() {
+                        sent += 1;
                     }
+                    assert_eq!(sent, n, "select: the receiver left");
                 },
                 |(a, b)| {
                     // Once the sender is done, a drained channel is ready too (disconnected),
@@ -1013,7 +1014,7 @@ macro_rules! select_rival {
                             recv(b) -> v => v,
                         };
                         if let Ok(v) = v {
-                            std::hint::black_box(v);
+                            v.consume();
                             got += 1;
                         }
                     }
