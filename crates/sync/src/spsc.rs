@@ -463,14 +463,13 @@ cold_wait! {
 /// each look, before it waits on the other side's event count `ec`: a reply that comes within
 /// a few hundred nanoseconds (ping-pong between two CPUs) is then seen in a loop of a load and
 /// a pause, as a ring that never blocks sees it, rather than on the way into and back out of
-/// the event count's wait. Measured with the lab's ping-pong loops on the 2-vCPU Zen 4 guest
-/// (a probe, 12 interleaved trials, round trip ÷ rtrb's): 1.13-1.15 with no such looks,
-/// 1.05-1.09 with 8, no better with 32 or 64, 1.5-1.6 with two pauses per look. None once
-/// that count's waiters have learnt to yield at once (their producer shares their CPU, which
-/// these looks would only keep from running: with 32 of them the one-CPU ping-pong took 0.75
-/// × rtrb's time instead of 0.47 ×), none once their spins go unanswered (a slow producer: the
-/// looks would only add to the CPU time of a consumer that sleeps before every item, the lab's
-/// idle consumer), and none under loom.
+/// the event count's wait. A few looks are enough: more would only delay the sleep, and a
+/// second pause per look delays seeing the reply. None once that count's waiters have learnt
+/// to yield at once (their producer shares their CPU, which these looks would only keep from
+/// running), none once their spins go unanswered (a slow producer: the looks would only add to
+/// the CPU time of a consumer that sleeps before every item), and none under loom. The lab's
+/// `rings` measures each side of this: ping-pong on two CPUs against rtrb, on one CPU against
+/// kanal, and the idle consumer's CPU time.
 #[inline]
 fn quick_polls(ec: &SpEventCount) -> u32 {
     const QUICK_POLLS: u32 = if cfg!(loom) { 0 } else { 8 };

@@ -26,13 +26,13 @@ use spindle_sync::fence::Method;
 use spindle_sync::Deadline;
 
 mod common;
+use common::wakeups::{handshake, Tally};
 use common::{time_limit, Rng};
 
 /// Waiters: 3 threads per CPU in all, counting the producers.
 fn waiters(producers: usize) -> usize {
     common::per_cpu(3, 7) - producers
 }
-const HANDSHAKE_LIMIT: Duration = Duration::from_secs(3);
 
 /// How long the producers may keep signalling.
 fn signals() -> u64 {
@@ -49,17 +49,6 @@ fn burst(rng: &mut Rng) -> u64 {
     } else {
         1 + rng.below(8192)
     }
-}
-
-#[derive(Default)]
-struct Tally {
-    lost_wakeups: AtomicU64,
-    same_version: AtomicU64,
-    early_timeouts: AtomicU64,
-    timeouts_without_deadline: AtomicU64,
-    waits: AtomicU64,
-    timeouts: AtomicU64,
-    handshakes: AtomicU64,
 }
 
 /// The waiter side both counts share.
@@ -105,53 +94,7 @@ fn waiter(ec: &impl Count, i: usize, seen: &AtomicU64, stop: &AtomicBool, tally:
             2 | 3 => Some(Deadline::after(Duration::from_secs(10))),
             _ => Some(Deadline::after(Duration::from_micros(20 + rng.below(480)))),
         };
-        tally.waits.fetch_add(1, Relaxed);
-        match ec.wait(old, deadline) {
-            Ok(v) if v == old => {
-                tally.same_version.fetch_add(1, Relaxed);
-            }
-            Ok(_) => {}
-            Err(TimedOut) => {
-                tally.timeouts.fetch_add(1, Relaxed);
-                match deadline {
-                    None => {
-                        tally.timeouts_without_deadline.fetch_add(1, Relaxed);
-                    }
-                    Some(d) if !d.has_passed() => {
-                        tally.early_timeouts.fetch_add(1, Relaxed);
-                    }
-                    Some(_) => {}
-                }
-            }
-        }
-    }
-}
-
-/// After a burst ending at version `v`: wait until every waiter has seen at least `v`.
-fn handshake(ec: &impl Count, v: u64, seen: &[AtomicU64], tally: &Tally) {
-    tally.handshakes.fetch_add(1, Relaxed);
-    let start = Instant::now();
-    let mut spins = 0u32;
-    loop {
-        let behind = seen.iter().filter(|s| s.load(Acquire) < v).count();
-        if behind == 0 {
-            return;
-        }
-        if start.elapsed() > HANDSHAKE_LIMIT {
-            // Versions only grow here (no wrap in 10^7 signals): a waiter still below `v` 3 s
-            // later slept through the signal that made `v` (unless the process was not run).
-            let what = format!("{behind} waiter(s) behind version {v} (now {})", ec.value());
-            if !common::heartbeat().excuses(&what, start, HANDSHAKE_LIMIT) {
-                tally.lost_wakeups.fetch_add(behind as u64, Relaxed);
-            }
-            return;
-        }
-        spins += 1;
-        if spins < 100 {
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
-        }
+        tally.wait(old, deadline, ec.wait(old, deadline));
     }
 }
 
@@ -163,19 +106,7 @@ fn report(name: &str, tally: &Tally, started: Instant, sent: u64) {
         tally.handshakes.load(Relaxed),
         started.elapsed().as_secs_f64()
     );
-    assert_eq!(tally.lost_wakeups.load(Relaxed), 0, "lost wake-ups");
-    assert_eq!(tally.same_version.load(Relaxed), 0, "Ok(v) with v == old");
-    assert_eq!(
-        tally.early_timeouts.load(Relaxed),
-        0,
-        "timeouts before the deadline"
-    );
-    assert_eq!(
-        tally.timeouts_without_deadline.load(Relaxed),
-        0,
-        "timeouts without a deadline"
-    );
-    assert!(tally.handshakes.load(Relaxed) > 0);
+    tally.assert_sound();
 }
 
 #[test]
@@ -211,7 +142,7 @@ fn multi_producer_no_lost_wakeups() {
                         left -= k;
                         sent.fetch_add(k, Relaxed);
                         let v = ec.value();
-                        handshake(ec, v, seen, tally);
+                        handshake(|| ec.value(), v, seen, tally);
                     }
                 })
             })
@@ -253,7 +184,7 @@ fn single_producer_no_lost_wakeups() {
                 }
                 left -= k;
                 sent.fetch_add(k, Relaxed);
-                handshake(ec, ec.value(), seen, tally);
+                handshake(|| ec.value(), ec.value(), seen, tally);
             }
             stop.store(true, Release);
             producer.increment();
@@ -382,16 +313,7 @@ fn sp_rounds(
                     }
                     seen_i.store(old, Release);
                     let deadline = deadline(i, &mut rng);
-                    tally.waits.fetch_add(1, Relaxed);
-                    match ec.wait(old, deadline) {
-                        Ok(v) if v == old => {
-                            tally.same_version.fetch_add(1, Relaxed);
-                        }
-                        Ok(_) => {}
-                        Err(TimedOut) => {
-                            tally.timeouts.fetch_add(1, Relaxed);
-                        }
-                    }
+                    tally.wait(old, deadline, ec.wait(old, deadline));
                 }
             });
         }
@@ -402,7 +324,7 @@ fn sp_rounds(
             let mut n = 0;
             while n < total && started.elapsed() < time_limit() {
                 round(&mut producer, &mut rng);
-                handshake(ec, ec.value(), seen, tally);
+                handshake(|| ec.value(), ec.value(), seen, tally);
                 n += 1;
             }
             done.store(n, Relaxed);

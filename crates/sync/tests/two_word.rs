@@ -26,93 +26,14 @@ use spindle_sync::eventcount::{TimedOut, TwoWordEventCount};
 use spindle_sync::Deadline;
 
 mod common;
+use common::wakeups::{handshake, Tally, HANDSHAKE_LIMIT};
 use common::{time_limit, Rng};
-
-const HANDSHAKE_LIMIT: Duration = Duration::from_secs(3);
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(default)
-}
-
-#[derive(Default)]
-struct Tally {
-    lost_wakeups: AtomicU64,
-    same_version: AtomicU64,
-    early_timeouts: AtomicU64,
-    timeouts_without_deadline: AtomicU64,
-    waits: AtomicU64,
-    timeouts: AtomicU64,
-    handshakes: AtomicU64,
-}
-
-impl Tally {
-    fn assert_sound(&self) {
-        assert_eq!(self.lost_wakeups.load(Relaxed), 0, "lost wake-ups");
-        assert_eq!(self.same_version.load(Relaxed), 0, "Ok(v) with v == old");
-        assert_eq!(
-            self.early_timeouts.load(Relaxed),
-            0,
-            "timeouts before the deadline"
-        );
-        assert_eq!(
-            self.timeouts_without_deadline.load(Relaxed),
-            0,
-            "timeouts without a deadline"
-        );
-        assert!(self.handshakes.load(Relaxed) > 0);
-    }
-}
-
-/// One wait of a waiter, tallied.
-fn wait_once(ec: &TwoWordEventCount, old: u64, deadline: Option<Deadline>, tally: &Tally) {
-    tally.waits.fetch_add(1, Relaxed);
-    match ec.wait(old, deadline) {
-        Ok(v) if v == old => {
-            tally.same_version.fetch_add(1, Relaxed);
-        }
-        Ok(_) => {}
-        Err(TimedOut) => {
-            tally.timeouts.fetch_add(1, Relaxed);
-            match deadline {
-                None => {
-                    tally.timeouts_without_deadline.fetch_add(1, Relaxed);
-                }
-                Some(d) if !d.has_passed() => {
-                    tally.early_timeouts.fetch_add(1, Relaxed);
-                }
-                Some(_) => {}
-            }
-        }
-    }
-}
-
-/// After a burst ending at version `v`: wait until every waiter has seen at least `v`.
-fn handshake(ec: &TwoWordEventCount, v: u64, seen: &[AtomicU64], tally: &Tally) {
-    tally.handshakes.fetch_add(1, Relaxed);
-    let start = Instant::now();
-    let mut spins = 0u32;
-    loop {
-        let behind = seen.iter().filter(|s| s.load(Acquire) < v).count();
-        if behind == 0 {
-            return;
-        }
-        if start.elapsed() > HANDSHAKE_LIMIT {
-            let what = format!("{behind} waiter(s) behind version {v} (now {})", ec.value());
-            if !common::heartbeat().excuses(&what, start, HANDSHAKE_LIMIT) {
-                tally.lost_wakeups.fetch_add(behind as u64, Relaxed);
-            }
-            return;
-        }
-        spins += 1;
-        if spins < 100 {
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
-        }
-    }
 }
 
 /// Waiters (`waiters` threads) wait on versions with `deadline(i, rng)` (which may dawdle
@@ -144,7 +65,7 @@ fn run(
                     }
                     seen_i.store(old, Release);
                     let d = deadline(i, &mut rng);
-                    wait_once(ec, old, d, tally);
+                    tally.wait(old, d, ec.wait(old, d));
                 }
             });
         }
@@ -154,7 +75,7 @@ fn run(
             let mut rng = Rng(0x2e0d_f00d_5eed_0001);
             let mut n = 0;
             while started.elapsed() < time_limit() && round(&mut producer, &mut rng) {
-                handshake(ec, ec.value(), seen, tally);
+                handshake(|| ec.value(), ec.value(), seen, tally);
                 n += 1;
             }
             done.store(n, Relaxed);

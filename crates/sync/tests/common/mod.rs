@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod wakeups;
+
 /// CPUs this process may run on.
 pub fn cpus() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get())
