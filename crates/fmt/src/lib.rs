@@ -42,7 +42,10 @@
 //!    (x86-64 is little-endian), so the leading zero digits are the *trailing* zero bytes of
 //!    the BCD word: `trailing_zeros / 8` counts them, and a right shift removes them. The word
 //!    is stored whole; the bytes it shifted in past the digits are NUL, inside the scratch
-//!    space the contract reserves (10 bytes for 32 bits, 20 for 64).
+//!    space the contract reserves (10 bytes for 32 bits, 20 for 64). [`Buffer::format`], which
+//!    may return its digits from anywhere in its buffer, stores the word unshifted and returns
+//!    the string after the zeros: one store for up to sixteen digits, which the caller's copy
+//!    then reads back at once (the module `placed` says why that matters).
 //! 6. **Beyond 10⁸** the low eight digits are printed in full after the high part, itself
 //!    printed by steps 1–5: a pair for `u32` (`u32::MAX < 43·10⁸`). A `u64` that fits 32 bits
 //!    takes the `u32` path; a larger one is split by 10⁸ twice into a high part of up to eight
@@ -228,11 +231,9 @@ fn at16(out: &mut [Out], at: usize) -> &mut [Out; 16] {
     out[at..].first_chunk_mut().expect("16 bytes of room")
 }
 
-/// Stores 16 bytes with one instruction (SSE2 on x86-64). A caller that copies the digits out
-/// right away (`Buffer::format` + `extend_from_slice`: `memcpy` loads the first and the last
-/// 8 bytes of a 9–16-byte string) reads them back before they reach the cache, and a load can
-/// take its bytes straight from an earlier store only if that one store covers it: with two
-/// stores, one of the two loads waits for both to be written to the cache.
+/// Stores 16 bytes: with one SSE2 store when `v` comes out of a vector register, as
+/// [`digits16`]'s does (see [`placed`] for why one store matters); a value that was built or
+/// shifted in general registers the compiler may store as two 8-byte halves.
 #[inline(always)]
 fn store16(out: &mut [Out; 16], v: u128) {
     #[cfg(target_arch = "x86_64")]
@@ -249,6 +250,93 @@ fn store16(out: &mut [Out; 16], v: u128) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     out.copy_from_slice(&v.to_le_bytes().map(Out::new));
+}
+
+/// The printers behind [`Buffer::format`], which may hand out its digits from anywhere in its
+/// buffer (`itoa::Buffer` prints backwards and returns the tail). They store a number's digits
+/// with its leading zero digits, up to sixteen bytes in one store, and return the range that
+/// skips the zeros; the [`raw`] printers shift the zeros out instead, to start at byte 0.
+///
+/// One store matters because the caller copies the string out at once (`extend_from_slice`:
+/// `memcpy` of a 9–16-byte string loads its first 8 and its last 8 bytes; of 4–8 bytes, its
+/// first and last 4). A load takes its bytes straight from a store still in flight only when
+/// that one store covers them all; a load that spans two stores waits until both have reached
+/// the cache, and with it every copy after it (lab `itoa`, ten digits and more). Seventeen to
+/// twenty digits (the top one to four, then sixteen) are two stores whatever their layout,
+/// since `memcpy`'s two 16-byte loads overlap.
+mod placed {
+    use super::*;
+    use core::ops::Range;
+
+    /// `digits16(a, b)` stored whole at `out[0..16]`; returns how many leading `0`s it has.
+    #[inline(always)]
+    fn sixteen(out: &mut [Out; 16], a: u32, b: u32) -> usize {
+        let v = digits16(a, b);
+        store16(out, v);
+        ((v as u64 ^ ZEROS).trailing_zeros() / 8) as usize
+    }
+
+    /// `x` within `out`'s first 16 bytes.
+    #[inline(always)]
+    pub(crate) fn u32(out: &mut [Out; 16], x: u32) -> Range<usize> {
+        if x < 100 {
+            let (w, n) = pair(x);
+            put2(out, 0, w);
+            return 0..n;
+        }
+        // x ≥ 100: every BCD word below has a non-zero byte (see `strip8`).
+        if x < 10_000 {
+            let bcd = bcd4(x);
+            put4(out, 0, bcd + ZEROS as u32);
+            return (bcd.trailing_zeros() / 8) as usize..4;
+        }
+        if x < 100_000_000 {
+            let bcd = bcd8(x);
+            put8(out, 0, bcd + ZEROS);
+            return (bcd.trailing_zeros() / 8) as usize..8;
+        }
+        // Nine or ten digits: the high pair zero-padded to eight, then the low eight.
+        let hi = x / 100_000_000;
+        sixteen(out, hi, x - hi * 100_000_000)..16
+    }
+
+    /// `x` within `out`'s first 20 bytes; values that fit 32 bits inlined, as in `raw`.
+    #[inline(always)]
+    pub(crate) fn u64(out: &mut [Out; 20], x: u64) -> Range<usize> {
+        match u32::try_from(x) {
+            Ok(x) => u32(out.first_chunk_mut().expect("20 ≥ 16"), x),
+            Err(_) => u64_large(out, x),
+        }
+    }
+
+    /// `x > u32::MAX`, not inlined for the reason [`raw::u64_large_into`] gives.
+    #[inline(never)]
+    fn u64_large(out: &mut [Out; 20], x: u64) -> Range<usize> {
+        let hi = x / 100_000_000;
+        let low = (x - hi * 100_000_000) as u32;
+        if hi < 100_000_000 {
+            // 10 to 16 digits (hi ≥ 42: a non-zero digit among the first eight bytes).
+            return sixteen(at16(out, 0), hi as u32, low)..16;
+        }
+        // The top one to four digits (u64::MAX < 1845·10¹⁶), then sixteen.
+        let top = bcd4((hi / 100_000_000) as u32);
+        put4(out, 0, top + ZEROS as u32);
+        store16(at16(out, 4), digits16((hi % 100_000_000) as u32, low));
+        (top.trailing_zeros() / 8) as usize..20
+    }
+
+    /// The magnitude's digits placed by `digits` in `out[1..]`, and a `-` just before them
+    /// when `neg` (written either way: otherwise it lies outside the range returned).
+    #[inline(always)]
+    pub(crate) fn signed<const N: usize>(
+        out: &mut [Out; BUFFER_LEN],
+        neg: bool,
+        digits: impl FnOnce(&mut [Out; N]) -> Range<usize>,
+    ) -> Range<usize> {
+        let r = digits(out[1..].first_chunk_mut().expect("N < BUFFER_LEN"));
+        out[r.start].write(b'-');
+        r.start + 1 - usize::from(neg)..r.end + 1
+    }
 }
 
 /// The contract of the original C functions: write into a fixed-size array, return the
@@ -495,9 +583,9 @@ impl Buffer {
     /// Prints `i` into this buffer and returns the decimal string.
     #[inline(always)]
     pub fn format<I: Integer>(&mut self, i: I) -> &str {
-        let n = i.write(&mut self.bytes);
-        let digits: *const [Out] = &self.bytes[..n];
-        // SAFETY: `write` stored every byte of `bytes[..n]` in this call, so they are
+        let r = i.place(&mut self.bytes);
+        let digits: *const [Out] = &self.bytes[r];
+        // SAFETY: `place` stored every byte of the range it returns in this call, so they are
         // initialised and may be read as `u8` (same layout); each is an ASCII digit (`0x30`
         // plus a digit value 0..=9, see the crate documentation) or `-`, so they are valid
         // UTF-8. Bytes past `n` may be uninitialised or NUL and are not part of the result.
@@ -537,8 +625,10 @@ pub trait Integer: private::Sealed {
 
 mod private {
     pub trait Sealed: Copy {
-        /// Prints at the start of `out`, returns the length.
+        /// Prints at the start of `out`, returns the length ([`append`](super::append)).
         fn write(self, out: &mut [super::Out; super::BUFFER_LEN]) -> usize;
+        /// Prints anywhere in `out`, returns where ([`Buffer::format`](super::Buffer::format)).
+        fn place(self, out: &mut [super::Out; super::BUFFER_LEN]) -> core::ops::Range<usize>;
     }
 }
 
@@ -549,7 +639,7 @@ fn head<const N: usize>(out: &mut [Out; BUFFER_LEN]) -> &mut [Out; N] {
 }
 
 macro_rules! integer {
-    ($($t:ty => $len:expr, |$x:ident, $out:ident| $write:expr;)*) => {$(
+    ($($t:ty => $len:expr, |$x:ident, $out:ident| $write:expr, $place:expr;)*) => {$(
         impl Integer for $t {
             const MAX_STR_LEN: usize = $len;
         }
@@ -559,26 +649,38 @@ macro_rules! integer {
                 let $x = self;
                 $write
             }
+            #[inline(always)]
+            fn place(self, $out: &mut [Out; BUFFER_LEN]) -> core::ops::Range<usize> {
+                let $x = self;
+                $place
+            }
         }
     )*};
 }
 
-// `Buffer::format` and `append` have 40 bytes of room: 32-bit values get 16 of them, so that
-// nine or ten digits go in one store (see `store16`); wider ones get their `raw` array, whose
-// printers use 16 bytes for values that fit 32 bits.
+// `Buffer::format` and `append` have 40 bytes of room. `write` (for `append`): 32-bit values
+// get 16 of them, so that nine or ten digits go in one store (see `store16`); wider ones get
+// their `raw` array, whose printers use 16 bytes for values that fit 32 bits. `place` (for
+// `format`): the `placed` printers up to 64 bits, a sign at byte 0 or just before the digits;
+// 128 bits print at the start as for `append`.
 integer! {
-    u8 => 3, |x, out| raw::u32_into(head(out), u32::from(x));
-    u16 => 5, |x, out| raw::u32_into(head(out), u32::from(x));
-    u32 => 10, |x, out| raw::u32_digits::<16>(head(out), x);
-    u64 => 20, |x, out| raw::u64_into(head(out), x);
-    u128 => 39, |x, out| raw::u128_into(head(out), x);
-    usize => 20, |x, out| raw::u64_into(head(out), x as u64);
-    i8 => 4, |x, out| raw::i32_into(head(out), i32::from(x));
-    i16 => 6, |x, out| raw::i32_into(head(out), i32::from(x));
-    i32 => 11, |x, out| raw::signed::<16, 17>(head(out), x < 0, |d| raw::u32_digits(d, x.unsigned_abs()));
-    i64 => 20, |x, out| raw::i64_into(head(out), x);
-    i128 => 40, |x, out| raw::i128_into(head(out), x);
-    isize => 20, |x, out| raw::i64_into(head(out), x as i64);
+    u8 => 3, |x, out| raw::u32_into(head(out), u32::from(x)), placed::u32(head(out), u32::from(x));
+    u16 => 5, |x, out| raw::u32_into(head(out), u32::from(x)), placed::u32(head(out), u32::from(x));
+    u32 => 10, |x, out| raw::u32_digits::<16>(head(out), x), placed::u32(head(out), x);
+    u64 => 20, |x, out| raw::u64_into(head(out), x), placed::u64(head(out), x);
+    u128 => 39, |x, out| raw::u128_into(head(out), x), 0..raw::u128_into(head(out), x);
+    usize => 20, |x, out| raw::u64_into(head(out), x as u64), placed::u64(head(out), x as u64);
+    i8 => 4, |x, out| raw::i32_into(head(out), i32::from(x)),
+        placed::signed(out, x < 0, |d| placed::u32(d, u32::from(x.unsigned_abs())));
+    i16 => 6, |x, out| raw::i32_into(head(out), i32::from(x)),
+        placed::signed(out, x < 0, |d| placed::u32(d, u32::from(x.unsigned_abs())));
+    i32 => 11, |x, out| raw::signed::<16, 17>(head(out), x < 0, |d| raw::u32_digits(d, x.unsigned_abs())),
+        placed::signed(out, x < 0, |d| placed::u32(d, x.unsigned_abs()));
+    i64 => 20, |x, out| raw::i64_into(head(out), x),
+        placed::signed(out, x < 0, |d| placed::u64(d, x.unsigned_abs()));
+    i128 => 40, |x, out| raw::i128_into(head(out), x), 0..raw::i128_into(head(out), x);
+    isize => 20, |x, out| raw::i64_into(head(out), x as i64),
+        placed::signed(out, x < 0, |d| placed::u64(d, x.unsigned_abs() as u64));
 }
 
 // usize and isize are printed as 64-bit values: this crate targets 64-bit platforms.

@@ -109,6 +109,7 @@ fn every_u32_prints_as_std_does() {
         let (first, end) = (c as u32 * per, ((c as u32 + 1) * per).min(LAST_DECADE));
         let mut decade = Decade::new(first);
         let mut out = [0u8; 16];
+        let mut buf = Buffer::new();
         for k in first..end {
             let (word, len) = decade.word();
             for d in 0..10u32 {
@@ -118,6 +119,11 @@ fn every_u32_prints_as_std_does() {
                 let expect = word + (u128::from(d) << (8 * (len - 1)));
                 if n != len || got != expect {
                     panic!("{x}: printed {:?}", String::from_utf8_lossy(&out[..n]));
+                }
+                // `Buffer::format` has printers of its own (digits anywhere in its buffer).
+                let formatted = buf.format(x).as_bytes();
+                if formatted != &expect.to_le_bytes()[..len] {
+                    panic!("{x}: formatted {:?}", String::from_utf8_lossy(formatted));
                 }
             }
             decade.increment();
@@ -130,7 +136,8 @@ fn every_u32_prints_as_std_does() {
     }
 }
 
-/// `Buffer::format` wraps `raw::write_u32`; check the wrapper on a stride of all `u32`.
+/// `Buffer::format` against `write!`, on a stride of all `u32` (the test above compares it
+/// with the decade counter on every `u32`).
 #[test]
 fn buffer_formats_u32_on_a_stride() {
     let mut buf = Buffer::new();
