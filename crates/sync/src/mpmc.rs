@@ -945,11 +945,13 @@ pub(crate) fn complete_recv<T>(flavor: &Flavor<T>, token: &mut Token) -> Result<
 
 impl<'a> Select<'a> {
     /// Adds a send on `sender`; returns its index (0, 1, … in the order added).
+    #[inline]
     pub fn send<T>(&mut self, sender: &'a Sender<T>) -> usize {
         self.add(&sender.flavor, true)
     }
 
     /// Adds a receive on `receiver`; returns its index (0, 1, … in the order added).
+    #[inline]
     pub fn recv<T>(&mut self, receiver: &'a Receiver<T>) -> usize {
         self.add(&receiver.flavor, false)
     }
@@ -961,8 +963,9 @@ impl SelectedOperation<'_> {
     ///
     /// # Panics
     /// If `sender` is not the selected operation's.
+    #[inline]
     pub fn send<T>(mut self, sender: &Sender<T>, msg: T) -> Result<(), SendError<T>> {
-        self.check(sender.flavor.channel(), true);
+        self.check(&sender.flavor, true);
         let r = complete_send(&sender.flavor, &mut self.token, msg);
         std::mem::forget(self);
         r.map_err(SendError)
@@ -973,8 +976,9 @@ impl SelectedOperation<'_> {
     ///
     /// # Panics
     /// If `receiver` is not the selected operation's.
+    #[inline]
     pub fn recv<T>(mut self, receiver: &Receiver<T>) -> Result<T, RecvError> {
-        self.check(receiver.flavor.channel(), false);
+        self.check(&receiver.flavor, false);
         let r = complete_recv(&receiver.flavor, &mut self.token);
         std::mem::forget(self);
         r

@@ -534,6 +534,7 @@ struct Ops<'a> {
 }
 
 impl<'a> Ops<'a> {
+    #[inline]
     fn new() -> Ops<'a> {
         Ops {
             inline: [MaybeUninit::uninit(); INLINE_OPS],
@@ -542,10 +543,12 @@ impl<'a> Ops<'a> {
         }
     }
 
+    #[inline]
     fn len(&self) -> usize {
         self.len
     }
 
+    #[inline]
     fn push(&mut self, op: Op<'a>) {
         match self.inline.get_mut(self.len) {
             Some(slot) => *slot = MaybeUninit::new(op),
@@ -709,6 +712,7 @@ impl std::fmt::Debug for SelectedOperation<'_> {
 impl<'a> Select<'a> {
     /// An empty selection. Each attempt starts at a random operation, so that a busy one cannot
     /// starve the others.
+    #[inline]
     pub fn new() -> Select<'a> {
         Select {
             ops: Ops::new(),
@@ -735,6 +739,7 @@ impl<'a> Select<'a> {
     /// assert_eq!(oper.index(), first); // both are ready: the first added is chosen
     /// assert_eq!(oper.recv(&rx1), Ok(1));
     /// ```
+    #[inline]
     pub fn new_biased() -> Select<'a> {
         Select {
             biased: true,
@@ -743,6 +748,7 @@ impl<'a> Select<'a> {
     }
 
     /// Where an attempt starts among `n` operations.
+    #[inline]
     fn start(&self, n: usize) -> usize {
         if self.biased {
             0
@@ -751,6 +757,7 @@ impl<'a> Select<'a> {
         }
     }
 
+    #[inline]
     pub(crate) fn add(&mut self, handle: &'a (dyn Handle + 'a), send: bool) -> usize {
         let index = self.next_index;
         self.next_index += 1;
@@ -776,18 +783,29 @@ impl<'a> Select<'a> {
     }
 
     /// Completes nothing, waits for nothing: the first operation that can proceed now, if any.
+    #[inline]
     pub fn try_select(&mut self) -> Result<SelectedOperation<'a>, TrySelectError> {
-        self.run(Patience::No).ok_or(TrySelectError)
+        match self.try_once() {
+            Ok(oper) => Ok(oper),
+            Err(false) => Err(TrySelectError),
+            Err(true) => self.run(Patience::No).ok_or(TrySelectError),
+        }
     }
 
     /// Blocks until an operation can proceed, and claims it. With no operation added, blocks
     /// for ever (as crossbeam-channel's).
+    #[inline]
     pub fn select(&mut self) -> SelectedOperation<'a> {
-        self.run(Patience::Until(None))
-            .expect("a select without a deadline returns an operation")
+        match self.try_once() {
+            Ok(oper) => oper,
+            Err(_) => self
+                .run(Patience::Until(None))
+                .expect("a select without a deadline returns an operation"),
+        }
     }
 
     /// [`select`](Self::select), for at most `timeout`.
+    #[inline]
     pub fn select_timeout(
         &mut self,
         timeout: Duration,
@@ -798,12 +816,17 @@ impl<'a> Select<'a> {
     /// [`select`](Self::select), until `deadline`: a [`Deadline`] or an
     /// [`Instant`](std::time::Instant) as crossbeam-channel takes (`None`: no deadline; see
     /// [`IntoDeadline`]).
+    #[inline]
     pub fn select_deadline(
         &mut self,
         deadline: impl IntoDeadline,
     ) -> Result<SelectedOperation<'a>, SelectTimeoutError> {
-        self.run(Patience::Until(deadline.into_deadline()))
-            .ok_or(SelectTimeoutError)
+        match self.try_once() {
+            Ok(oper) => Ok(oper),
+            Err(_) => self
+                .run(Patience::Until(deadline.into_deadline()))
+                .ok_or(SelectTimeoutError),
+        }
     }
 
     /// The index of an operation that is *ready* — could proceed now, or its channel is
@@ -896,6 +919,46 @@ impl<'a> Select<'a> {
         }
     }
 
+    /// One try phase, inlined into the caller's `select!`: what the selection costs when an
+    /// operation can proceed at once. `Err(in_flight)`: none was claimed (some other side's
+    /// operation was in flight). The operation is read once into registers and the result
+    /// built from them (reading the `Op` back whole, after the field stores of `add`, would
+    /// make the processor wait for those stores to reach the cache).
+    #[inline]
+    fn try_once(&self) -> Result<SelectedOperation<'a>, bool> {
+        let n = self.ops.len();
+        let start = self.start(n);
+        let mut in_flight = false;
+        for k in 0..n {
+            // (start + k) mod n, without a division.
+            let i = if start + k < n {
+                start + k
+            } else {
+                start + k - n
+            };
+            let op = self.ops.get(i);
+            let (handle, send, index) = (op.handle, op.send, op.index);
+            let mut token = Token::default();
+            match handle.try_claim(send, &mut token) {
+                Attempt::Claimed => {
+                    return Ok(SelectedOperation {
+                        index,
+                        send,
+                        handle,
+                        token,
+                    })
+                }
+                Attempt::InFlight => in_flight = true,
+                Attempt::NotReady => {}
+            }
+        }
+        Err(in_flight)
+    }
+
+    /// The whole selection, after [`try_once`](Self::try_once) found nothing (it tries again
+    /// first: the try phase of each round).
+    #[cold]
+    #[inline(never)]
     fn run(&mut self, patience: Patience) -> Option<SelectedOperation<'a>> {
         let n = self.ops.len();
         if n == 0 {
@@ -989,14 +1052,19 @@ impl<'a> Select<'a> {
 
 impl SelectedOperation<'_> {
     /// The index [`Select::send`] or [`Select::recv`] gave this operation.
+    #[inline]
     pub fn index(&self) -> usize {
         self.index
     }
 
-    /// Checks that a completion names the selected channel and direction.
-    pub(crate) fn check(&self, channel: *const (), send: bool) {
+    /// Checks that a completion names the selected channel and direction: the very sender or
+    /// receiver that was added (no call through the handle), or another end of its channel.
+    #[inline]
+    pub(crate) fn check(&self, handle: &dyn Handle, send: bool) {
+        let same =
+            std::ptr::addr_eq(self.handle, handle) || self.handle.channel() == handle.channel();
         assert!(
-            self.handle.channel() == channel && self.send == send,
+            same && self.send == send,
             "completed a selected operation on another channel or direction than the selected one"
         );
     }

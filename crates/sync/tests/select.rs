@@ -454,6 +454,19 @@ fn never_receives_and_never_disconnects() {
     assert_eq!(other.try_recv(), Err(TryRecvError::Empty));
 }
 
+/// The completion may name another end of the selected channel than the one added (a clone):
+/// the check compares channels, after the quick comparison of the ends themselves.
+#[test]
+fn completing_on_a_clone_of_the_selected_end_works() {
+    let (tx, rx) = mpmc::channel::<u32>(1);
+    let rx_clone = rx.clone();
+    tx.send(7).unwrap();
+    let mut sel = Select::new();
+    sel.recv(&rx);
+    let oper = sel.select();
+    assert_eq!(oper.recv(&rx_clone), Ok(7));
+}
+
 #[test]
 #[should_panic(expected = "another channel")]
 fn completing_on_another_channel_panics() {
