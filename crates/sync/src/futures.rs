@@ -51,6 +51,7 @@
 //! lock), so an executor's own locks cannot deadlock with a channel's.
 
 use std::future::Future;
+use std::mem::ManuallyDrop;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -67,7 +68,9 @@ pub struct SendFut<'a, T> {
     tx: &'a Sender<T>,
     value: Option<T>,
     watching: Option<u64>,
-    queued: Option<QueuedSend<T>>,
+    /// Withdrawn by `Drop` (which leaves `None`): in a `ManuallyDrop` so that dropping a
+    /// completed send is a check of two words, inlined, with no drop glue for the queue entry.
+    queued: ManuallyDrop<Option<QueuedSend<T>>>,
 }
 
 /// [`Receiver::recv_async`]: resolves to the next value, or to `RecvError` when every sender
@@ -104,12 +107,13 @@ impl<T> Sender<T> {
     /// });
     /// assert_eq!(t.join().unwrap(), 3);
     /// ```
+    #[inline]
     pub fn send_async(&self, value: T) -> SendFut<'_, T> {
         SendFut {
             tx: self,
             value: Some(value),
             watching: None,
-            queued: None,
+            queued: ManuallyDrop::new(None),
         }
     }
 }
@@ -117,6 +121,7 @@ impl<T> Sender<T> {
 impl<T> Receiver<T> {
     /// Receives from async code: waits (without blocking the thread) while the channel is
     /// empty.
+    #[inline]
     pub fn recv_async(&self) -> RecvFut<'_, T> {
         RecvFut {
             rx: self,
@@ -163,6 +168,7 @@ impl<T> Drop for RecvStream<'_, T> {
 }
 
 /// Withdraws the task's entry, if it has one a notification did not take.
+#[inline]
 fn unwatch<T>(flavor: &Flavor<T>, send: bool, watching: &mut Option<u64>) {
     if let Some(key) = watching.take() {
         flavor.unwatch_task(send, key);
@@ -172,6 +178,8 @@ fn unwatch<T>(flavor: &Flavor<T>, send: bool, watching: &mut Option<u64>) {
 /// Watches the operation for the task: registers it (an entry with its waker, then the side's
 /// flag), or, if its entry still stands with the same waker, sets the flag again; wakes it at
 /// once if the operation is ready already.
+#[cold]
+#[inline(never)]
 fn watch<T>(flavor: &Flavor<T>, send: bool, watching: &mut Option<u64>, cx: &Context<'_>) {
     match *watching {
         Some(key) if flavor.renew_task(send, key, cx.waker()) => flavor.rearm(send),
@@ -182,6 +190,7 @@ fn watch<T>(flavor: &Flavor<T>, send: bool, watching: &mut Option<u64>, cx: &Con
     }
 }
 
+#[inline(never)]
 fn poll_recv<T>(
     flavor: &Flavor<T>,
     watching: &mut Option<u64>,
@@ -222,13 +231,22 @@ fn poll_recv<T>(
 
 impl<T> Future for RecvFut<'_, T> {
     type Output = Result<T, RecvError>;
+    /// A value in a bounded channel, for a future not yet watching: the channel's own receive,
+    /// inlined into the caller; the rest (and a retry) out of line.
+    #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
+        if let (Flavor::Array(c), None) = (&this.rx.flavor, this.watching) {
+            if let Ok(v) = c.try_recv() {
+                return Poll::Ready(Ok(v));
+            }
+        }
         poll_recv(&this.rx.flavor, &mut this.watching, cx)
     }
 }
 
 impl<T> Drop for RecvFut<'_, T> {
+    #[inline]
     fn drop(&mut self) {
         unwatch(&self.rx.flavor, false, &mut self.watching);
     }
@@ -236,8 +254,28 @@ impl<T> Drop for RecvFut<'_, T> {
 
 impl<T> Future for SendFut<'_, T> {
     type Output = Result<(), SendError<T>>;
+    /// Room in a bounded channel, for a future not yet watching: the channel's own send,
+    /// inlined into the caller; the rest (and a retry) out of line.
+    #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = &mut *self;
+        if let (Flavor::Array(c), None) = (&self.tx.flavor, self.watching) {
+            if let Some(value) = self.value.take() {
+                match c.try_send(value) {
+                    Ok(()) => return Poll::Ready(Ok(())),
+                    Err(Blocked::Settled(v) | Blocked::InFlight(v) | Blocked::Disconnected(v)) => {
+                        self.value = Some(v)
+                    }
+                }
+            }
+        }
+        self.poll_slow(cx)
+    }
+}
+
+impl<T> SendFut<'_, T> {
+    #[inline(never)]
+    fn poll_slow(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), SendError<T>>> {
+        let this = self;
         let flavor = &this.tx.flavor;
         if let Flavor::Zero(c) = flavor {
             return c
@@ -290,7 +328,19 @@ impl<T> Future for SendFut<'_, T> {
 }
 
 impl<T> Drop for SendFut<'_, T> {
+    #[inline]
     fn drop(&mut self) {
+        // A send that completed at once (the common case) has nothing to withdraw.
+        if self.watching.is_some() || self.queued.is_some() {
+            self.withdraw();
+        }
+    }
+}
+
+impl<T> SendFut<'_, T> {
+    #[cold]
+    #[inline(never)]
+    fn withdraw(&mut self) {
         unwatch(&self.tx.flavor, true, &mut self.watching);
         if let (Some(q), Flavor::Zero(c)) = (self.queued.take(), &self.tx.flavor) {
             c.cancel_send(q);
