@@ -233,7 +233,7 @@ impl<T> Future for RecvFut<'_, T> {
     type Output = Result<T, RecvError>;
     /// A value in a bounded channel, for a future not yet watching: the channel's own receive,
     /// inlined into the caller; the rest (and a retry) out of line.
-    #[inline]
+    #[inline(always)]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
         if let (Flavor::Array(c), None) = (&this.rx.flavor, this.watching) {
@@ -256,7 +256,7 @@ impl<T> Future for SendFut<'_, T> {
     type Output = Result<(), SendError<T>>;
     /// Room in a bounded channel, for a future not yet watching: the channel's own send,
     /// inlined into the caller; the rest (and a retry) out of line.
-    #[inline]
+    #[inline(always)]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         if let (Flavor::Array(c), None) = (&self.tx.flavor, self.watching) {
             if let Some(value) = self.value.take() {

@@ -331,7 +331,7 @@ impl<T> Chan<T> {
         unsafe { self.slots.get_unchecked(pos) }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn try_send(&self, value: T) -> Result<(), Blocked<T>> {
         match self.claim_send() {
             Ok((idx, wake)) => {
@@ -411,7 +411,7 @@ impl<T> Chan<T> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn try_recv(&self) -> Result<T, Blocked<()>> {
         let (idx, wake) = self.claim_recv()?;
         // SAFETY: claimed just now.
@@ -992,7 +992,22 @@ impl<T> Sender<T> {
     ///
     /// On a rendezvous channel (capacity 0), `Full` unless a receiver is blocked in `recv`;
     /// on an [`unbounded`] one, never `Full`.
+    #[inline]
     pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
+        // The bounded channel's send, inlined into the caller: a slot free now. Anything else
+        // (full, a receiver in flight, disconnected, the other flavours) out of line.
+        let value = match &self.flavor {
+            Flavor::Array(c) => match c.try_send(value) {
+                Ok(()) => return Ok(()),
+                Err(Blocked::Settled(v) | Blocked::InFlight(v) | Blocked::Disconnected(v)) => v,
+            },
+            _ => value,
+        };
+        self.try_send_slow(value)
+    }
+
+    #[inline(never)]
+    fn try_send_slow(&self, value: T) -> Result<(), TrySendError<T>> {
         match &self.flavor {
             Flavor::List(c) => c.send(value).map_err(TrySendError::Disconnected),
             Flavor::Array(c) => c.try_send_settled(value).map_err(|e| match e {
@@ -1007,7 +1022,21 @@ impl<T> Sender<T> {
     }
 
     /// Send, blocking while the channel is full. Fails only when every receiver is gone.
+    #[inline]
     pub fn send(&self, value: T) -> Result<(), SendError<T>> {
+        // As `try_send`: a free slot of a bounded channel inlined, the rest out of line.
+        let value = match &self.flavor {
+            Flavor::Array(c) => match c.try_send(value) {
+                Ok(()) => return Ok(()),
+                Err(Blocked::Settled(v) | Blocked::InFlight(v) | Blocked::Disconnected(v)) => v,
+            },
+            _ => value,
+        };
+        self.send_slow(value)
+    }
+
+    #[inline(never)]
+    fn send_slow(&self, value: T) -> Result<(), SendError<T>> {
         self.flavor
             .send(value, None)
             .map_err(|e| SendError(e.into_inner()))
@@ -1069,7 +1098,20 @@ impl<T> Receiver<T> {
     /// crossbeam-channel does.
     ///
     /// On a rendezvous channel (capacity 0), `Empty` unless a sender is blocked in `send`.
+    #[inline]
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
+        // The bounded channel's receive, inlined into the caller: a value there now. Anything
+        // else (empty, a sender in flight, disconnected, the other flavours) out of line.
+        if let Flavor::Array(c) = &self.flavor {
+            if let Ok(v) = c.try_recv() {
+                return Ok(v);
+            }
+        }
+        self.try_recv_slow()
+    }
+
+    #[inline(never)]
+    fn try_recv_slow(&self) -> Result<T, TryRecvError> {
         match &self.flavor {
             Flavor::Array(c) => c.try_recv_settled().map_err(|e| match e {
                 Blocked::Settled(()) | Blocked::InFlight(()) => TryRecvError::Empty,
@@ -1088,7 +1130,19 @@ impl<T> Receiver<T> {
 
     /// Receive, blocking while the channel is empty. Fails only when every sender is gone and
     /// the channel is empty.
+    #[inline]
     pub fn recv(&self) -> Result<T, RecvError> {
+        // As `try_recv`: a value in a bounded channel inlined, the rest out of line.
+        if let Flavor::Array(c) = &self.flavor {
+            if let Ok(v) = c.try_recv() {
+                return Ok(v);
+            }
+        }
+        self.recv_slow()
+    }
+
+    #[inline(never)]
+    fn recv_slow(&self) -> Result<T, RecvError> {
         self.flavor.recv(None).map_err(|_| RecvError)
     }
 
