@@ -299,6 +299,7 @@ impl<T> Chan<T> {
     }
 
     /// Sends `value`; it comes back only if the channel is disconnected.
+    #[inline]
     pub(crate) fn send(&self, value: T) -> Result<(), T> {
         let mut next_block: Option<Box<Block<T>>> = None;
         let mut pauses = 0;
@@ -355,6 +356,7 @@ impl<T> Chan<T> {
     }
 
     /// Receives a value if one was sent: `Empty` only when every sent value was received.
+    #[inline]
     pub(crate) fn try_recv(&self) -> Result<T, Nothing> {
         let (block, offset) = self.claim_recv()?;
         // SAFETY: claimed just now.
@@ -363,6 +365,7 @@ impl<T> Chan<T> {
 
     /// Claims the next index for a receive (and, for a block's last slot, moves `head` to the
     /// next block): the first half of a receive. Its slot's block and offset.
+    #[inline]
     pub(crate) fn claim_recv(&self) -> Result<(*mut Block<T>, usize), Nothing> {
         let mut pauses = 0;
         let mut head = self.head.index.load(Acquire);
@@ -416,6 +419,7 @@ impl<T> Chan<T> {
     ///
     /// # Safety
     /// `(block, offset)` came from [`Self::claim_recv`] and was not read since.
+    #[inline]
     pub(crate) unsafe fn read(block: *mut Block<T>, offset: usize) -> T {
         // SAFETY: we hold an index in `block`, which lives until we read it.
         let slot = unsafe { Block::slot(block, offset) };

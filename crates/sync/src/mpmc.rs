@@ -1024,13 +1024,15 @@ impl<T> Sender<T> {
     /// Send, blocking while the channel is full. Fails only when every receiver is gone.
     #[inline]
     pub fn send(&self, value: T) -> Result<(), SendError<T>> {
-        // As `try_send`: a free slot of a bounded channel inlined, the rest out of line.
+        // As `try_send`: a free slot of a bounded channel, or an unbounded one's send,
+        // inlined; the rest out of line.
         let value = match &self.flavor {
             Flavor::Array(c) => match c.try_send(value) {
                 Ok(()) => return Ok(()),
                 Err(Blocked::Settled(v) | Blocked::InFlight(v) | Blocked::Disconnected(v)) => v,
             },
-            _ => value,
+            Flavor::List(c) => return c.send(value).map_err(SendError),
+            Flavor::Zero(_) => value,
         };
         self.send_slow(value)
     }
@@ -1132,11 +1134,20 @@ impl<T> Receiver<T> {
     /// the channel is empty.
     #[inline]
     pub fn recv(&self) -> Result<T, RecvError> {
-        // As `try_recv`: a value in a bounded channel inlined, the rest out of line.
-        if let Flavor::Array(c) = &self.flavor {
-            if let Ok(v) = c.try_recv() {
-                return Ok(v);
+        // As `try_recv`: a value in a bounded or unbounded channel inlined, the rest out of
+        // line.
+        match &self.flavor {
+            Flavor::Array(c) => {
+                if let Ok(v) = c.try_recv() {
+                    return Ok(v);
+                }
             }
+            Flavor::List(c) => {
+                if let Ok(v) = c.try_recv() {
+                    return Ok(v);
+                }
+            }
+            Flavor::Zero(_) => {}
         }
         self.recv_slow()
     }
