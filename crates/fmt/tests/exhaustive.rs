@@ -120,10 +120,14 @@ fn every_u32_prints_as_std_does() {
                 if n != len || got != expect {
                     panic!("{x}: printed {:?}", String::from_utf8_lossy(&out[..n]));
                 }
-                // `Buffer::format` has printers of its own (digits anywhere in its buffer).
-                let formatted = buf.format(x).as_bytes();
-                if formatted != &expect.to_le_bytes()[..len] {
-                    panic!("{x}: formatted {:?}", String::from_utf8_lossy(formatted));
+                // `Buffer::format` has printers of its own (digits anywhere in its buffer), with
+                // the same size classes and arithmetic: one value of each decade (its last
+                // digit rotating with the decade) keeps this check to a tenth of the time.
+                if d == k % 10 {
+                    let formatted = buf.format(x).as_bytes();
+                    if formatted != &expect.to_le_bytes()[..len] {
+                        panic!("{x}: formatted {:?}", String::from_utf8_lossy(formatted));
+                    }
                 }
             }
             decade.increment();
@@ -137,7 +141,7 @@ fn every_u32_prints_as_std_does() {
 }
 
 /// `Buffer::format` against `write!`, on a stride of all `u32` (the test above compares it
-/// with the decade counter on every `u32`).
+/// with the decade counter on one value of every decade).
 #[test]
 fn buffer_formats_u32_on_a_stride() {
     let mut buf = Buffer::new();
