@@ -920,14 +920,20 @@ impl<'a> Select<'a> {
     }
 
     /// One try phase, inlined into the caller's `select!`: what the selection costs when an
-    /// operation can proceed at once. `Err(in_flight)`: none was claimed (some other side's
-    /// operation was in flight). The operation is read once into registers and the result
-    /// built from them (reading the `Op` back whole, after the field stores of `add`, would
-    /// make the processor wait for those stores to reach the cache).
+    /// operation can proceed at once.
     #[inline]
     fn try_once(&self) -> Result<SelectedOperation<'a>, bool> {
+        self.try_phase(self.start(self.ops.len()))
+    }
+
+    /// Tries to claim each operation once, from the one at `start` on. `Err(in_flight)`: none
+    /// was claimed (some other side's operation was in flight). The operation is read once
+    /// into registers and the result built from them (reading the `Op` back whole, after the
+    /// field stores of `add`, would make the processor wait for those stores to reach the
+    /// cache).
+    #[inline(always)]
+    fn try_phase(&self, start: usize) -> Result<SelectedOperation<'a>, bool> {
         let n = self.ops.len();
-        let start = self.start(n);
         let mut in_flight = false;
         for k in 0..n {
             // (start + k) mod n, without a division.
@@ -974,22 +980,10 @@ impl<'a> Select<'a> {
         let mut pauses = 0;
         let mut nap = IN_FLIGHT_FIRST_NAP;
         loop {
-            let mut in_flight = false;
-            for k in 0..n {
-                // (start + k) mod n, without a division.
-                let i = if start + k < n {
-                    start + k
-                } else {
-                    start + k - n
-                };
-                let op = self.ops.get(i);
-                let mut token = Token::default();
-                match op.handle.try_claim(op.send, &mut token) {
-                    Attempt::Claimed => return Some(self.selected(i, token)),
-                    Attempt::InFlight => in_flight = true,
-                    Attempt::NotReady => {}
-                }
-            }
+            let in_flight = match self.try_phase(start) {
+                Ok(oper) => return Some(oper),
+                Err(in_flight) => in_flight,
+            };
             let deadline = match patience {
                 Patience::No if in_flight => {
                     // Linearizable, as `try_recv`: wait out the operation in flight.
