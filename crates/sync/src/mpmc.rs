@@ -932,11 +932,9 @@ pub(crate) fn complete_recv<T>(flavor: &Flavor<T>, token: &mut Token) -> Result<
         _ if token.disconnected && token.ptr.is_null() => Err(()),
         // SAFETY: the select claimed `token.index` on this channel.
         Flavor::Array(c) => Ok(unsafe { c.read(token.index, token.wake) }),
-        Flavor::List(_) => {
+        Flavor::List(c) => {
             // SAFETY: the select claimed this slot on this channel.
-            Ok(unsafe {
-                crate::list::Chan::<T>::read(token.ptr.cast_mut().cast(), token.index as usize)
-            })
+            Ok(unsafe { c.read(token.ptr.cast_mut().cast(), token.index as usize) })
         }
         Flavor::Zero(c) => c.select_recv(token),
     };
