@@ -741,7 +741,7 @@ impl<T> Flavor<T> {
 
     /// The list an async operation waiting for operation `send` registers on (`None`: an
     /// unbounded send, which never waits).
-    fn task_list(&self, send: bool) -> Option<&Observers> {
+    pub(crate) fn task_list(&self, send: bool) -> Option<&Observers> {
         match (self, send) {
             (Flavor::Array(c), true) => Some(&c.send_select),
             (Flavor::Array(c), false) => Some(&c.recv_select),

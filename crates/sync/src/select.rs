@@ -85,7 +85,7 @@ use std::time::Duration;
 
 use crate::eventcount::EventCount;
 use crate::lock::{SpinLock, SpindleLock};
-use crate::primitives::{yield_now, Arc, AtomicU64, AtomicUsize, Ordering::*};
+use crate::primitives::{yield_now, Arc, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use crate::time::{Deadline, IntoDeadline};
 
 /// `Ctx::selected` before anything is selected.
@@ -258,6 +258,11 @@ impl Ctx {
 /// side's flag again), which is what a woken select does with the flag. Two locked sections
 /// per wait (register, notify) and none at completion, where a context cost five (its waker
 /// slot's lock to set, clone and clear the waker, the list's to add, remove and notify).
+/// Waits that register without yielding after a yield that did not help (see
+/// `Observers::yield_skips`): a ping-pong with a partner on another CPU, whose reply takes
+/// longer than an executor's round trip, yields on one wait in eight.
+const YIELD_SKIPS: u32 = 7;
+
 pub(crate) struct Observers {
     /// Contexts on `list` plus entries in `tasks`.
     count: AtomicUsize,
@@ -270,6 +275,10 @@ pub(crate) struct Observers {
     tasks: UnsafeCell<Tasks>,
     /// Keys below this were taken by a notification (stored under the lock).
     taken_below: AtomicU64,
+    /// Waits of async tasks left to register at once, without yielding first: set after a
+    /// yield that did not help (`futures.rs`, `watch`). A hint: `Relaxed`, races only make
+    /// a task yield once more or once less.
+    yield_skips: AtomicU32,
 }
 
 /// The task entries of an [`Observers`], under its lock.
@@ -296,7 +305,25 @@ impl Observers {
                 entries: Vec::new(),
             }),
             taken_below: AtomicU64::new(0),
+            yield_skips: AtomicU32::new(0),
         }
+    }
+
+    /// Whether an async task that cannot proceed should yield before registering: not for
+    /// the next few waits after a yield that did not help.
+    pub(crate) fn should_yield(&self) -> bool {
+        match self.yield_skips.load(Relaxed) {
+            0 => true,
+            n => {
+                self.yield_skips.store(n - 1, Relaxed);
+                false
+            }
+        }
+    }
+
+    /// A task yielded and still cannot proceed: the next waits register at once.
+    pub(crate) fn yield_missed(&self) {
+        self.yield_skips.store(YIELD_SKIPS, Relaxed);
     }
 
     /// `count += n`, under the lock: a load and a store, not a `lock`ed instruction. Enough
