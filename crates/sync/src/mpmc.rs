@@ -192,8 +192,8 @@ pub fn channel<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
         head: CachePadded(AtomicU64::new(0)),
         not_empty: CachePadded(EventCount::new()),
         not_full: CachePadded(EventCount::new()),
-        recv_select: Observers::new(),
-        send_select: Observers::new(),
+        recv_select: CachePadded(Observers::new()),
+        send_select: CachePadded(Observers::new()),
         slots,
         one_lap,
         senders: AtomicUsize::new(1),
@@ -272,9 +272,11 @@ pub(crate) struct Chan<T> {
     head: CachePadded<AtomicU64>,
     not_empty: CachePadded<EventCount>,
     not_full: CachePadded<EventCount>,
-    /// Selects waiting for a value / for room (see `select.rs`).
-    recv_select: Observers,
-    send_select: Observers,
+    /// Selects waiting for a value / for room (see `select.rs`). On lines of their own: their
+    /// words are written while threads wait and are woken, and the fields below are read by
+    /// every operation.
+    recv_select: CachePadded<Observers>,
+    send_select: CachePadded<Observers>,
     slots: Box<[Slot<T>]>,
     one_lap: u64,
     senders: AtomicUsize,
