@@ -12,11 +12,13 @@
 //! to the next block; everyone else waits (spins, yields, naps) for the gap to close. The tail
 //! word carries two flags in its low bits: `tail = index·4 | DISCONNECTED | RECEIVERS_WAIT`.
 //! A slot's `state` goes `EMPTY → WRITTEN` (its sender's store); its flag in the block's
-//! `read` line goes up once its reader has moved the value out (the reader's store). Each is
-//! written by one thread with a plain `Release` store: no slot needs a `lock`ed instruction.
-//! The `read` flags have a line of their own, which senders do not write, so that a receiver's
-//! store does not take the slot's line back from a sender writing the next slots (a `lock`ed
-//! claim after it would wait for that transfer).
+//! `read` array goes up once its reader has moved the value out (the reader's store). Each is
+//! written by one thread with a plain `Release` store (and reset with `Relaxed` ones by the
+//! sender that reuses the block, see "Reclamation"): no slot needs a `lock`ed instruction.
+//! The `read` flags share no line with the slots (only with the block's `next`, which the last
+//! slot's sender writes once), so that a receiver's store does not take a slot's line back
+//! from a sender writing the next slots (a `lock`ed claim after it would wait for that
+//! transfer).
 //!
 //! ```text
 //! send(x):
@@ -43,11 +45,12 @@
 //! exactly one sender (the CAS), every index below `head` by exactly one receiver, who then
 //! reads that slot exactly once. A block pointer is dereferenced only by a thread that claimed
 //! an index in that block (so the block lives: its slot is not read yet, or is being read by
-//! that thread), except by its reclaimer. Position words and their block pointers agree: a
+//! that thread), except by the thread that reclaims it (the reader of its last slot, or a
+//! later one that sweeps the deferred blocks) and the sender that takes it as a spare. Position words and their block pointers agree: a
 //! position's block is stored *before* its index leaves the gap (`Release`), and a thread loads
 //! the index (`Acquire`) before the block, so a thread whose claim succeeds has the block of the
 //! index it claimed (a stale block goes with a stale index, whose CAS fails). Indices never
-//! repeat (64 bits), so a block address that comes back, recycled, cannot fool a claim either.
+//! repeat (62 bits), so a block address that comes back, recycled, cannot fool a claim either.
 //!
 //! **Reclamation.** The reader of a block's last slot reclaims the block: if every earlier
 //! slot is read (`Acquire`, pairing with each reader's `Release` store after its move-out),
@@ -57,8 +60,10 @@
 //! some earlier reader is not done (it claimed its index and is in flight, or is a select
 //! between claiming and completing), the block goes on the *deferred* stack instead, linked
 //! through its `next` (nobody reads a passed block's `next` again), and every later reclaimer
-//! looks at the deferred blocks again. Nobody waits for a reader; a reader does no `lock`ed
-//! instruction for the reclamation. Senders touch a block only until their `WRITTEN`, which
+//! looks at the deferred blocks again (on a channel gone quiet, they wait for the next
+//! reclamation or the channel's drop). Nobody waits for a reader; a reader does no `lock`ed
+//! instruction for the reclamation. A sender that took a spare for the next block and then
+//! claimed another slot gives it back. Senders touch a block only until their `WRITTEN`, which
 //! the slot's reader waits for, and the last slot's sender stores `next` before its `WRITTEN`.
 //! A spare block is reset (slots `EMPTY`, flags down, `next` null) by the sender that takes
 //! it, before `tail.block` publishes it (`Release`).
@@ -349,7 +354,8 @@ impl<T> Recycler<T> {
     /// Keeps `block` as a spare, or frees it if there are enough.
     ///
     /// # Safety
-    /// Every slot of `block` has been read (acquired); nobody uses it any more.
+    /// Nobody uses `block` any more: every slot has been read (acquired), or it was never
+    /// published (a spare a sender took and did not use; `block` resets it again).
     unsafe fn keep(&self, block: *mut Block<T>) {
         // SAFETY: the caller's.
         for slot in unsafe { &(*block).slots } {
@@ -513,6 +519,11 @@ impl<T> Chan<T> {
                         // SAFETY: we hold an index in `block`, whose reader waits for us.
                         unsafe { (*block).next.store(next, Release) };
                     }
+                    if let Some(unused) = next_block.take() {
+                        // We took it for the last slot, then lost that slot to another sender.
+                        // SAFETY: a block nobody else has seen.
+                        unsafe { self.recycler.keep(Box::into_raw(unused)) };
+                    }
                     // SAFETY: our claim; the block lives until this slot is read, which
                     // waits for WRITTEN below.
                     let slot = unsafe { Block::slot(block, offset) };
@@ -645,6 +656,10 @@ impl<T> Chan<T> {
         // A receiver that finds the list empty looks again a few times before it raises
         // `RECEIVERS_WAIT`: the first look after `2^hold` pauses, the next ones 1, 2, 4 and 8
         // pauses apart. The hold adapts to the stream (see `Position::hold`).
+        match self.try_recv() {
+            Err(Nothing::Empty) => {}
+            r => return r.map_err(Some),
+        }
         if !cfg!(loom) {
             let hold = self.head.hold.load(Relaxed);
             for look in 0..=LOOKS {
@@ -806,7 +821,7 @@ mod loom_models {
     use loom::thread;
 
     /// Two senders, one receiver, three values across a block boundary (two slots per block
-    /// under loom): the claims, the gap, the linking of the next block, the destruction by the
+    /// under loom): the claims, the gap, the linking of the next block, the reclamation by the
     /// last slot's reader, and the receiver's sleep and wake-up (a lost one is a loom deadlock).
     ///
     /// Preemption bound 1: with 2, loom finds a schedule where the last slot's sender is
@@ -885,7 +900,7 @@ mod loom_models {
 
     /// Two receivers take five values, three blocks under loom: a block deferred while its
     /// earlier slot's reader is in flight is looked at again by the next block's reclaimer,
-    /// which reuses it (as a spare) only once that reader is done.
+    /// which makes it a spare only once that reader is done.
     #[test]
     fn list_deferred_block_is_reclaimed_later() {
         let mut b = loom::model::Builder::new();
@@ -903,6 +918,27 @@ mod loom_models {
             drop(tx);
             let mine: u32 = rx.iter().sum();
             assert_eq!(mine + other.join().unwrap(), 15);
+        });
+    }
+
+    /// One sender thread and one receiver, five values over three blocks: the first block is
+    /// reclaimed as a spare and taken again by the sender for the third, so the reset of a
+    /// reused block and its publication are checked (a `Relaxed` hand-over of spares fails).
+    #[test]
+    fn list_spare_block_is_reused() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.max_branches = 50_000;
+        b.check(|| {
+            let (tx, rx) = unbounded::<u32>();
+            let s = thread::spawn(move || {
+                for v in 1..=5 {
+                    tx.send(v).unwrap();
+                }
+            });
+            let got: Vec<u32> = (0..5).map(|_| rx.recv().unwrap()).collect();
+            assert_eq!(got, [1, 2, 3, 4, 5]);
+            s.join().unwrap();
         });
     }
 
