@@ -189,9 +189,9 @@ fn unwatch<T>(flavor: &Flavor<T>, send: bool, watching: &mut Option<u64>) {
 }
 
 /// Times an operation that cannot proceed yields (wakes its own task and returns `Pending`)
-/// before it registers: see `watch`. Two made the current-thread ping-pong slower (1.5 → 1.8 ×
-/// kanal's time, lab `rings` on Zen 4: a task that yields twice there has waited for a
-/// partner that only runs once it registers); one keeps it and wins the multi-thread stream.
+/// before it registers: see `watch`. Two made the current-thread ping-pong slower (lab
+/// `rings`, section `async-pingpong-ct`: a task that yields twice there has waited for a
+/// partner that only runs once it registers); one does not, and wins the multi-thread stream.
 const YIELDS: u8 = 1;
 
 /// Watches the operation for the task: registers it (an entry with its waker, then the side's
@@ -203,12 +203,12 @@ const YIELDS: u8 = 1;
 /// sides (the entry and the flag here; the notification and the wake-up in the operation of
 /// the other side that finds the flag), where a yield costs the executor's round trip: when
 /// the other side runs on another CPU and is about to proceed (the next item of a stream), it
-/// usually has by the next poll. Lab `rings` on Zen 4, a stream between two tasks of a
-/// multi-thread runtime: 1.45 × kanal's time registering every time, 0.6–0.8 × with one
-/// yield. A yield is not a spin: a task that still finds nothing registers at its next poll,
-/// and the side's next waits register at once (`Observers::should_yield`), so that a partner
-/// slower than the executor's round trip (a ping-pong across two workers: 10 µs a round
-/// trip, 8 % more with a yield on every wait) costs a yield only now and then.
+/// usually has by the next poll (lab `rings`, section `async-stream-mt`; figures in
+/// `docs/results.md`). A yield is not a spin: a task that still finds nothing registers at its
+/// next poll, and the side's next waits register at once (`Observers::should_yield`), so that
+/// a partner slower than the executor's round trip (a ping-pong across two workers, section
+/// `async-pingpong-mt`, where a yield on every wait was slower) costs a yield only now and
+/// then.
 #[cold]
 #[inline(never)]
 fn watch<T>(

@@ -422,8 +422,8 @@ struct Position<T> {
     /// it looks again. A receiver that keeps up with a stream would otherwise look again at
     /// once, take the one value sent meanwhile, find the list empty again, and so on: each
     /// look loads `tail` and each value's line moves between the two CPUs while the sender
-    /// still writes it, which slows the sender down (lab `unbounded`, Zen 4: 12–16 ns a value
-    /// with no hold, 7.8 with 32 pauses). It grows while the first look finds a value and
+    /// still writes it, which slows the sender down (lab `rings`, section `unbounded`; the
+    /// figures are in `docs/results.md`). It grows while the first look finds a value and
     /// falls when later looks do or none does, so that a receiver waiting for a reply (a
     /// ping-pong) looks again within a pause. Receivers store it (`Relaxed`: a hint).
     /// Unused in `tail`.
@@ -660,7 +660,8 @@ impl<T> Chan<T> {
             Err(Nothing::Empty) => {}
             r => return r.map_err(Some),
         }
-        if !cfg!(loom) {
+        // No looks under loom (they only add schedules), nor past the deadline.
+        if !cfg!(loom) && !deadline.is_some_and(|d| d.has_passed()) {
             let hold = self.head.hold.load(Relaxed);
             for look in 0..=LOOKS {
                 let pauses = if look == 0 {
@@ -820,6 +821,14 @@ mod loom_models {
     use crate::mpmc::{unbounded, TryRecvError};
     use loom::thread;
 
+    /// Checks `f` under loom with this preemption bound and branch limit.
+    fn check(preemption_bound: usize, max_branches: usize, f: impl Fn() + Sync + Send + 'static) {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(preemption_bound);
+        b.max_branches = max_branches;
+        b.check(f);
+    }
+
     /// Two senders, one receiver, three values across a block boundary (two slots per block
     /// under loom): the claims, the gap, the linking of the next block, the reclamation by the
     /// last slot's reader, and the receiver's sleep and wake-up (a lost one is a loom deadlock).
@@ -832,10 +841,7 @@ mod loom_models {
     /// way in a ten-line model). A real scheduler runs the preempted thread.
     #[test]
     fn list_two_senders_cross_a_block() {
-        let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(1);
-        b.max_branches = 20_000;
-        b.check(|| {
+        check(1, 20_000, || {
             let (tx, rx) = unbounded::<u32>();
             let a = {
                 let tx = tx.clone();
@@ -857,10 +863,7 @@ mod loom_models {
     /// One sender, one receiver, three values across a block boundary.
     #[test]
     fn list_one_sender_crosses_a_block() {
-        let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(2);
-        b.max_branches = 20_000;
-        b.check(|| {
+        check(2, 20_000, || {
             let (tx, rx) = unbounded::<u32>();
             let a = thread::spawn(move || {
                 for v in 1..=3 {
@@ -880,10 +883,7 @@ mod loom_models {
     /// earlier slot's move-out).
     #[test]
     fn list_two_receivers_reclaim_in_turn() {
-        let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(2);
-        b.max_branches = 20_000;
-        b.check(|| {
+        check(2, 20_000, || {
             let (tx, rx) = unbounded::<u32>();
             for v in 1..=3 {
                 tx.send(v).unwrap();
@@ -903,10 +903,7 @@ mod loom_models {
     /// which makes it a spare only once that reader is done.
     #[test]
     fn list_deferred_block_is_reclaimed_later() {
-        let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(2);
-        b.max_branches = 20_000;
-        b.check(|| {
+        check(2, 20_000, || {
             let (tx, rx) = unbounded::<u32>();
             for v in 1..=5 {
                 tx.send(v).unwrap();
@@ -926,10 +923,7 @@ mod loom_models {
     /// reused block and its publication are checked (a `Relaxed` hand-over of spares fails).
     #[test]
     fn list_spare_block_is_reused() {
-        let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(2);
-        b.max_branches = 50_000;
-        b.check(|| {
+        check(2, 50_000, || {
             let (tx, rx) = unbounded::<u32>();
             let s = thread::spawn(move || {
                 for v in 1..=5 {
@@ -946,10 +940,7 @@ mod loom_models {
     /// back) or dropped with the queue, never both, never leaked.
     #[test]
     fn list_receiver_leaves_during_a_send() {
-        let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(2);
-        b.max_branches = 20_000;
-        b.check(|| {
+        check(2, 20_000, || {
             let (tx, rx) = unbounded::<loom::sync::Arc<()>>();
             let token = loom::sync::Arc::new(());
             let t = token.clone();
