@@ -136,9 +136,16 @@ const WRITTEN: u32 = 1;
 const SPARES: usize = 4;
 
 /// Looks a receiver takes at an empty list, after the first one, before it raises
-/// `RECEIVERS_WAIT` (see `recv`), and the longest first hold, `2^MAX_HOLD` pauses.
+/// `RECEIVERS_WAIT` (see `recv`); the longest first hold, `2^MAX_HOLD` units; and the unit,
+/// in TSC ticks. A clock, not a count of `pause`s: a `pause` lasts a few cycles on some cores
+/// and over a hundred on others, so a hold counted in pauses was a different hold on each
+/// machine (the old cap, 32 pauses, lost to kanal on the 16-core Xeon and not on the Zen 4
+/// guest). The cap (8192 ticks: 2–4 µs at 2–4 GHz) comes from sweeping it against kanal on
+/// both (the stop note of 2026-11-26): no longer cap was faster on either. A hold only grows
+/// while values keep coming (see `Position::hold`), so an idle receiver never spends it.
 const LOOKS: u32 = 4;
-const MAX_HOLD: u32 = 5;
+const MAX_HOLD: u32 = 7;
+const HOLD_UNIT_TICKS: u64 = 64;
 
 /// A slot's value: under loom, loom's cell, so that the models check who may touch it when.
 #[cfg(not(loom))]
@@ -399,6 +406,20 @@ impl<T> Drop for Recycler<T> {
 /// Spins of a thread that waits for another one in flight, before it settles.
 const SPINS: u32 = 64;
 
+/// Spins (`pause` in a loop) for about `ticks` TSC ticks (nanoseconds where there is no TSC);
+/// never called under loom.
+fn spin_for(ticks: u64) {
+    #[cfg(not(loom))]
+    {
+        let until = crate::time::ticks::now().saturating_add(ticks);
+        while crate::time::ticks::now() < until {
+            spin_loop();
+        }
+    }
+    #[cfg(loom)]
+    let _ = ticks;
+}
+
 /// One pause of a thread that waits for another one in flight (a gap being closed, a value
 /// being written: a few instructions, unless that thread was preempted in between): spins,
 /// then the bounded flavour's settling pauses (yields, then naps).
@@ -418,15 +439,15 @@ struct Position<T> {
     /// the tail only grows), so that receivers behind it claim without loading `tail`, whose
     /// line the senders keep writing. Unused in `tail`.
     tail_seen: AtomicU64,
-    /// In `head`: how long (`2^hold` pauses) a receiver that finds the list empty waits before
-    /// it looks again. A receiver that keeps up with a stream would otherwise look again at
-    /// once, take the one value sent meanwhile, find the list empty again, and so on: each
-    /// look loads `tail` and each value's line moves between the two CPUs while the sender
-    /// still writes it, which slows the sender down (lab `rings`, section `unbounded`; the
-    /// figures are in `docs/results.md`). It grows while the first look finds a value and
-    /// falls when later looks do or none does, so that a receiver waiting for a reply (a
-    /// ping-pong) looks again within a pause. Receivers store it (`Relaxed`: a hint).
-    /// Unused in `tail`.
+    /// In `head`: how long (`2^hold` units of `HOLD_UNIT_TICKS`) a receiver that finds the
+    /// list empty waits before it looks again. A receiver that keeps up with a stream would
+    /// otherwise look again at once, take the one value sent meanwhile, find the list empty
+    /// again, and so on: each look loads `tail` and each value's line moves between the two
+    /// CPUs while the sender still writes it, which slows the sender down (lab `rings`,
+    /// section `unbounded`; the figures are in `docs/results.md`). It grows while the first
+    /// look finds a value and falls when later looks do or none does, so that a receiver
+    /// waiting for a reply (a ping-pong) looks again within a unit. Receivers store it
+    /// (`Relaxed`: a hint). Unused in `tail`.
     hold: AtomicU32,
 }
 
@@ -654,8 +675,8 @@ impl<T> Chan<T> {
     /// Receives, blocking while the list is empty, until `deadline` (`Err(None)`: timed out).
     pub(crate) fn recv(&self, deadline: Option<Deadline>) -> Result<T, Option<Nothing>> {
         // A receiver that finds the list empty looks again a few times before it raises
-        // `RECEIVERS_WAIT`: the first look after `2^hold` pauses, the next ones 1, 2, 4 and 8
-        // pauses apart. The hold adapts to the stream (see `Position::hold`).
+        // `RECEIVERS_WAIT`: the first look after `2^hold` units, the next ones 1, 2, 4 and 8
+        // units apart. The hold adapts to the stream (see `Position::hold`).
         match self.try_recv() {
             Err(Nothing::Empty) => {}
             r => return r.map_err(Some),
@@ -664,14 +685,12 @@ impl<T> Chan<T> {
         if !cfg!(loom) && !deadline.is_some_and(|d| d.has_passed()) {
             let hold = self.head.hold.load(Relaxed);
             for look in 0..=LOOKS {
-                let pauses = if look == 0 {
-                    1u32 << hold
+                let units = if look == 0 {
+                    1u64 << hold
                 } else {
                     1 << (look - 1)
                 };
-                for _ in 0..pauses {
-                    spin_loop();
-                }
+                spin_for(units * HOLD_UNIT_TICKS);
                 match self.try_recv() {
                     Err(Nothing::Empty) => {}
                     r => {

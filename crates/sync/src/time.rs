@@ -9,6 +9,45 @@ use std::time::Duration;
 
 use rustix::time::{clock_gettime, ClockId, Timespec};
 
+/// A cheap clock for spacing polls: the TSC on x86-64 (`ordered` reads wait for the loads
+/// before them, so a load between two of them is timed whole), nanoseconds of `Instant`
+/// elsewhere (and under Miri, which has no TSC).
+#[cfg(not(loom))]
+pub(crate) mod ticks {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    #[inline]
+    pub fn now() -> u64 {
+        // SAFETY: `rdtsc` exists on every x86-64 CPU and has no memory effects.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    #[inline]
+    pub fn ordered() -> u64 {
+        // SAFETY: `lfence` and `rdtsc` exist on every x86-64 CPU (SSE2 is baseline). The first
+        // `lfence` waits for earlier loads to complete, the second keeps later ones behind.
+        unsafe {
+            core::arch::x86_64::_mm_lfence();
+            let t = core::arch::x86_64::_rdtsc();
+            core::arch::x86_64::_mm_lfence();
+            t
+        }
+    }
+
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    pub fn now() -> u64 {
+        static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        let origin = *ORIGIN.get_or_init(std::time::Instant::now);
+        origin.elapsed().as_nanos() as u64
+    }
+
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    pub fn ordered() -> u64 {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        now()
+    }
+}
+
 /// A point in time on `CLOCK_MONOTONIC`, in nanoseconds since the clock's origin (boot).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Deadline {

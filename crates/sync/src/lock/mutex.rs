@@ -220,6 +220,8 @@
 
 use crate::futex::Parking;
 use crate::primitives::{spin_loop, yield_now, AtomicU32, Ordering::*};
+#[cfg(not(loom))]
+use crate::time::ticks;
 
 const LOCKED: u32 = 1;
 const WOKEN: u32 = 2;
@@ -400,45 +402,6 @@ impl PollCost {
                 c.set((e, published));
             }
         })
-    }
-}
-
-/// A cheap clock for spacing polls: the TSC on x86-64 (`ordered` reads wait for the loads
-/// before them, so a load between two of them is timed whole), nanoseconds of `Instant`
-/// elsewhere.
-#[cfg(not(loom))]
-mod ticks {
-    #[cfg(target_arch = "x86_64")]
-    #[inline]
-    pub fn now() -> u64 {
-        // SAFETY: `rdtsc` exists on every x86-64 CPU and has no memory effects.
-        unsafe { core::arch::x86_64::_rdtsc() }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[inline]
-    pub fn ordered() -> u64 {
-        // SAFETY: `lfence` and `rdtsc` exist on every x86-64 CPU (SSE2 is baseline). The first
-        // `lfence` waits for earlier loads to complete, the second keeps later ones behind.
-        unsafe {
-            core::arch::x86_64::_mm_lfence();
-            let t = core::arch::x86_64::_rdtsc();
-            core::arch::x86_64::_mm_lfence();
-            t
-        }
-    }
-
-    #[cfg(not(target_arch = "x86_64"))]
-    pub fn now() -> u64 {
-        static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-        let origin = *ORIGIN.get_or_init(std::time::Instant::now);
-        origin.elapsed().as_nanos() as u64
-    }
-
-    #[cfg(not(target_arch = "x86_64"))]
-    pub fn ordered() -> u64 {
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        now()
     }
 }
 
