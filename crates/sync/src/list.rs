@@ -111,8 +111,8 @@ use std::ptr;
 
 use crate::eventcount::EventCount;
 use crate::primitives::{
-    spin_loop, Arc, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, CachePadded,
-    Ordering::*,
+    spin_for, spin_loop, Arc, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
+    CachePadded, Ordering::*,
 };
 use crate::select::{Ctx, Observers};
 use crate::time::Deadline;
@@ -405,20 +405,6 @@ impl<T> Drop for Recycler<T> {
 
 /// Spins of a thread that waits for another one in flight, before it settles.
 const SPINS: u32 = 64;
-
-/// Spins (`pause` in a loop) for about `ticks` TSC ticks (nanoseconds where there is no TSC);
-/// never called under loom.
-fn spin_for(ticks: u64) {
-    #[cfg(not(loom))]
-    {
-        let until = crate::time::ticks::now().saturating_add(ticks);
-        while crate::time::ticks::now() < until {
-            spin_loop();
-        }
-    }
-    #[cfg(loom)]
-    let _ = ticks;
-}
 
 /// One pause of a thread that waits for another one in flight (a gap being closed, a value
 /// being written: a few instructions, unless that thread was preempted in between): spins,

@@ -27,6 +27,24 @@ pub(crate) fn spin_loop() {
     core::hint::spin_loop();
 }
 
+/// Spins (`pause` in a loop) for about `ticks` TSC ticks (nanoseconds where there is no TSC):
+/// a hold that lasts as long on every core, where a count of `pause`s does not (one lasts a
+/// few cycles on some cores and over a hundred on others). Under loom, one yield.
+pub(crate) fn spin_for(ticks: u64) {
+    #[cfg(loom)]
+    {
+        let _ = ticks;
+        loom::thread::yield_now();
+    }
+    #[cfg(not(loom))]
+    {
+        let until = crate::time::ticks::now().saturating_add(ticks);
+        while crate::time::ticks::now() < until {
+            core::hint::spin_loop();
+        }
+    }
+}
+
 /// Give the CPU to another runnable thread (`sched_yield`).
 #[inline]
 pub(crate) fn yield_now() {

@@ -68,10 +68,12 @@
 //! the consumer's load that showed `tail > head` (its item is then the oldest and only it can
 //! take it). `Full` and `Empty`: the reload of the other side's version.
 //!
-//! **Blocking, and why no wake-up is lost.** A consumer that finds the ring empty waits on
-//! `written` for the exact version it saw (`2·head`, or with the gone bit): any push or the
-//! producer's drop changes that version, and [`SpEventCount`] guarantees that a wait on a
-//! version returns once the version differs. The producer blocks on `read` the same way. So
+//! **Blocking, and why no wake-up is lost.** A consumer that finds the ring empty looks again
+//! a few times before it waits (the first look after a hold that adapts to a stream, see
+//! `HOLD_UNIT_TICKS`): loads, and a store of the hold (a hint), which change nothing below.
+//! It then waits on `written` for the exact version it saw (`2·head`, or with the gone bit):
+//! any push or the producer's drop changes that version, and [`SpEventCount`] guarantees that
+//! a wait on a version returns once the version differs. The producer blocks on `read` the same way. So
 //! the blocking forms inherit the event count's argument (see [`eventcount`]), including its
 //! reliance on interrupts; `push`/`pop` add no condition of their own: the waited-on version
 //! *is* the index.
@@ -107,7 +109,7 @@ use std::ptr::NonNull;
 use std::time::Duration;
 
 use crate::eventcount::SpEventCount;
-use crate::primitives::{spin_loop, Arc, CachePadded};
+use crate::primitives::{spin_for, spin_loop, Arc, AtomicU32, CachePadded, Ordering::Relaxed};
 use crate::time::Deadline;
 
 crate::channel::errors! {
@@ -175,6 +177,9 @@ fn ring_at<T>(capacity: usize, start: u64) -> (Producer<T>, Consumer<T>) {
 struct Shared<T> {
     written: CachePadded<SpEventCount>,
     read: CachePadded<SpEventCount>,
+    /// The consumer's hold (see `wait_for_items`): on a line of its own, written only on the
+    /// consumer's wait path, read by nobody else.
+    hold: CachePadded<AtomicU32>,
     /// The most items the ring holds (at most `slots.len()`).
     capacity: usize,
     /// A power of two of slots (one slot, unused, for capacity 0).
@@ -252,6 +257,7 @@ impl<T> Shared<T> {
         let shared = Arc::new(Shared {
             written: CachePadded(SpEventCount::new()),
             read: CachePadded(SpEventCount::new()),
+            hold: CachePadded(AtomicU32::new(0)),
             capacity,
             slots,
         });
@@ -439,11 +445,35 @@ cold_wait! {
         head: u64,
         deadline: Option<Deadline>,
     ) -> Result<u64, Stopped> {
-        for _ in 0..quick_polls(&shared.written) {
-            spin_loop();
-            let (tail, _) = items(shared, head);
-            if tail != head {
-                return Ok(tail);
+        // Quick looks first, the first one after the consumer's hold (see `HOLD_UNIT_TICKS`).
+        let polls = quick_polls(&shared.written);
+        if polls > 0 {
+            let hold = shared.hold.load(Relaxed);
+            for look in 0..polls {
+                if look == 0 && hold > 0 {
+                    spin_for(HOLD_UNIT_TICKS << hold);
+                } else {
+                    spin_loop();
+                }
+                let (tail, _) = items(shared, head);
+                if tail != head {
+                    // Found at the first look, with the ring less than half full: a stream
+                    // the consumer keeps up with; hold back longer next time. Otherwise
+                    // (found later, or the producer close to filling the ring), shorter.
+                    let half = shared.capacity() as u64 / 2;
+                    let next = if look == 0 && tail.wrapping_sub(head) < half {
+                        (hold + 1).min(MAX_HOLD)
+                    } else {
+                        hold.saturating_sub(1)
+                    };
+                    if next != hold {
+                        shared.hold.store(next, Relaxed);
+                    }
+                    return Ok(tail);
+                }
+            }
+            if hold != 0 {
+                shared.hold.store(0, Relaxed);
             }
         }
         loop {
@@ -458,6 +488,20 @@ cold_wait! {
         }
     }
 }
+
+/// The consumer's hold: a consumer that keeps up with a stream finds the ring empty after
+/// nearly every item, looks again at once and takes the one item pushed meanwhile, so that
+/// each look pulls the producer's `written` line and each item's line moves between the two
+/// CPUs while the producer is still writing the next one: both sides slow down (lab `rings`,
+/// sections `stream8` and `stream64`). So its first quick look waits `2^hold` units of this
+/// many TSC ticks, `hold` growing (up to `MAX_HOLD`: 8192 ticks, 2–4 µs) while that first look
+/// finds items and the ring less than half full, falling when it finds the ring closer to
+/// full or only a later look finds an item, and reset when no look does. A consumer waiting
+/// for a reply (ping-pong) or for a slow producer keeps `hold` at 0: its first look comes one
+/// `pause` after the empty ring, as before. The unit and the cap are those of the unbounded
+/// channel's receivers (`list.rs`). Ticks, not pauses: see `spin_for`.
+const HOLD_UNIT_TICKS: u64 = 64;
+const MAX_HOLD: u32 = 7;
 
 /// How many times a side that found the ring full or empty looks again, a `pause` before
 /// each look, before it waits on the other side's event count `ec`: a reply that comes within
