@@ -434,7 +434,32 @@ impl Observers {
     fn notify_all(&self) {
         // Woken after the lock is released: a task's waker may take the executor's locks or
         // make a system call, and selects registering meanwhile should not wait for that.
-        // Up to four of each without allocating (one waiter is the common case).
+        // The common case first, one task and no select: its waker alone, out of the list.
+        let one = {
+            let _held = Held::new(&self.lock);
+            // SAFETY: the lock is held.
+            let (list, tasks) = unsafe { (&*self.list.get(), &mut *self.tasks.get()) };
+            if list.is_empty() && tasks.entries.len() == 1 {
+                let (_, w) = tasks.entries.pop().expect("one entry");
+                self.count_sub(1);
+                self.taken_below.store(tasks.next, Release);
+                Some(w)
+            } else {
+                None
+            }
+        };
+        match one {
+            Some(w) => w.wake(),
+            None => self.notify_many(),
+        }
+    }
+
+    /// `notify_all` for any mix of selects and tasks (the lock taken again: a select or a
+    /// second task is the rare case).
+    #[cold]
+    #[inline(never)]
+    fn notify_many(&self) {
+        // Up to four of each without allocating.
         let mut few: [Option<Arc<Ctx>>; 4] = [None, None, None, None];
         let mut wakers: [Option<Waker>; 4] = [None, None, None, None];
         let (more, more_wakers) = {
