@@ -4,6 +4,9 @@
 //! `timespec`, and a futex wait needs one. A [`Deadline`] is a point on that clock in
 //! nanoseconds; it is `Copy`, totally ordered, and saturates instead of overflowing, so
 //! `Deadline::after(Duration::MAX)` is simply "never" in practice (about 584 years).
+//!
+//! The crate's spin holds use a second, cheaper clock (`ticks`, crate-private): the TSC on
+//! x86-64, so that a hold lasts as long on every core (a `pause` does not).
 
 use std::time::Duration;
 
