@@ -46,7 +46,8 @@
 //! reads that slot exactly once. A block pointer is dereferenced only by a thread that claimed
 //! an index in that block (so the block lives: its slot is not read yet, or is being read by
 //! that thread), except by the thread that reclaims it (the reader of its last slot, or a
-//! later one that sweeps the deferred blocks) and the sender that takes it as a spare. Position words and their block pointers agree: a
+//! later one that sweeps the deferred blocks) and the sender that takes it as a spare.
+//! Position words and their block pointers agree: a
 //! position's block is stored *before* its index leaves the gap (`Release`), and a thread loads
 //! the index (`Acquire`) before the block, so a thread whose claim succeeds has the block of the
 //! index it claimed (a stale block goes with a stale index, whose CAS fails). Indices never
@@ -77,8 +78,9 @@
 //! `tail`'s modification order is visible to the second try (`tail ≠ head`). One whose CAS
 //! came after sees the flag, or finds it cleared by an earlier such sender, and that sender
 //! increments `not_empty` after its `WRITTEN`; the increment is ordered after `e`, so
-//! `wait(e)` returns. A receiver that sees the list still empty sleeps on `e`. The flag is shared: the sender that clears it wakes every
-//! sleeper, and each that finds nothing sets it again. Selects and async receives are on an
+//! `wait(e)` returns. A receiver that sees the list still empty sleeps on `e`. The flag is
+//! shared: the sender that clears it wakes every sleeper, and each that finds nothing sets it
+//! again. Selects and async receives are on an
 //! observer list pushed before they set the flag, which that sender wakes too (`select.rs`).
 //!
 //! **Disconnection** as crossbeam-channel's: the last sender sets `DISCONNECTED` in `tail` and
@@ -139,10 +141,11 @@ const SPARES: usize = 4;
 /// `RECEIVERS_WAIT` (see `recv`); the longest first hold, `2^MAX_HOLD` units; and the unit,
 /// in TSC ticks. A clock, not a count of `pause`s: a `pause` lasts a few cycles on some cores
 /// and over a hundred on others, so a hold counted in pauses was a different hold on each
-/// machine (the old cap, 32 pauses, lost to kanal on the 16-core Xeon and not on the Zen 4
-/// guest). The cap (8192 ticks: 2–4 µs at 2–4 GHz) comes from sweeping it against kanal on
-/// both (the stop note of 2026-11-26): no longer cap was faster on either. A hold only grows
-/// while values keep coming (see `Position::hold`), so an idle receiver never spends it.
+/// machine. The cap (8192 ticks: 2–4 µs at 2–4 GHz) was chosen by sweeping it against kanal
+/// on the Zen 4 guest and the 16-core Xeon of `docs/results/` (a probe; the stop note of
+/// 2026-11-26 has its table); lab `rings`, section `unbounded`, checks the result against
+/// kanal on each machine. A hold only grows while values keep coming (see
+/// `Position::hold`), so an idle receiver never spends it.
 const LOOKS: u32 = 4;
 const MAX_HOLD: u32 = 7;
 const HOLD_UNIT_TICKS: u64 = 64;
@@ -868,24 +871,27 @@ mod loom_models {
     /// One sender, one receiver, three values across a block boundary.
     #[test]
     fn list_one_sender_crosses_a_block() {
-        check(2, 20_000, || {
-            let (tx, rx) = unbounded::<u32>();
-            let a = thread::spawn(move || {
-                for v in 1..=3 {
-                    tx.send(v).unwrap();
-                }
-            });
-            let got = [rx.recv().unwrap(), rx.recv().unwrap(), rx.recv().unwrap()];
-            assert_eq!(got, [1, 2, 3]);
-            a.join().unwrap();
+        check(2, 20_000, || one_sender_in_order(3));
+    }
+
+    /// A sender thread sends `1..=n`; this thread receives them, in order.
+    fn one_sender_in_order(n: u32) {
+        let (tx, rx) = unbounded::<u32>();
+        let s = thread::spawn(move || {
+            for v in 1..=n {
+                tx.send(v).unwrap();
+            }
         });
+        let got: Vec<u32> = (0..n).map(|_| rx.recv().unwrap()).collect();
+        assert_eq!(got, (1..=n).collect::<Vec<u32>>());
+        s.join().unwrap();
     }
 
     /// Two receivers take three values across a block boundary, so a block's earlier slot may
     /// be read after its last one: the reclaimer defers the block, and it is freed with the
     /// channel. Reclaiming a block touches every value cell mutably under loom, so a mutant
-    /// that reuses a block without looking at the `read` flags fails this model (a data race with the
-    /// earlier slot's move-out).
+    /// that reuses a block without looking at the `read` flags fails this model (a data race
+    /// with the earlier slot's move-out).
     #[test]
     fn list_two_receivers_reclaim_in_turn() {
         check(2, 20_000, || {
@@ -928,17 +934,7 @@ mod loom_models {
     /// reused block and its publication are checked (a `Relaxed` hand-over of spares fails).
     #[test]
     fn list_spare_block_is_reused() {
-        check(2, 50_000, || {
-            let (tx, rx) = unbounded::<u32>();
-            let s = thread::spawn(move || {
-                for v in 1..=5 {
-                    tx.send(v).unwrap();
-                }
-            });
-            let got: Vec<u32> = (0..5).map(|_| rx.recv().unwrap()).collect();
-            assert_eq!(got, [1, 2, 3, 4, 5]);
-            s.join().unwrap();
-        });
+        check(2, 50_000, || one_sender_in_order(5));
     }
 
     /// The last receiver goes while a sender is sending: the value is either refused (handed

@@ -73,10 +73,10 @@
 //! `HOLD_UNIT_TICKS`): loads, and a store of the hold (a hint), which change nothing below.
 //! It then waits on `written` for the exact version it saw (`2·head`, or with the gone bit):
 //! any push or the producer's drop changes that version, and [`SpEventCount`] guarantees that
-//! a wait on a version returns once the version differs. The producer blocks on `read` the same way. So
-//! the blocking forms inherit the event count's argument (see [`eventcount`]), including its
-//! reliance on interrupts; `push`/`pop` add no condition of their own: the waited-on version
-//! *is* the index.
+//! a wait on a version returns once the version differs. The producer blocks on `read` the
+//! same way. So the blocking forms inherit the event count's argument (see [`eventcount`]),
+//! including its reliance on interrupts; `push`/`pop` add no condition of their own: the
+//! waited-on version *is* the index.
 //!
 //! **Disconnection.** Dropping a side publishes its version with the gone bit, which wakes a
 //! blocked other side. The consumer drains what was pushed before the producer left, then
