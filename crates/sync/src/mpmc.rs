@@ -33,10 +33,10 @@
 //! `i + 1`, claims it by a CAS of `head`, moves the value out and stores the stamp
 //! `i + one_lap`, which is the next lap's sender's `i`.
 //!
-//! The two index words carry flags in their low bits:
+//! The two index words carry flags in their top bits:
 //!
-//! - `tail = index·4 | DISCONNECTED | RECEIVERS_WAIT`
-//! - `head = index·4 | SENDERS_WAIT`
+//! - `tail = DISCONNECTED (bit 63) | RECEIVERS_WAIT (bit 62) | index`
+//! - `head = SENDERS_WAIT (bit 62) | index`
 //!
 //! ```text
 //! try_send(x):                                       (try_recv is the mirror image)
@@ -133,12 +133,12 @@ crate::channel::errors! {
     take: TryRecvError, RecvTimeoutError, RecvError, "receive";
 }
 
-const RECEIVERS_WAIT: u64 = 1;
-const SENDERS_WAIT: u64 = 1;
-const DISCONNECTED: u64 = 2;
-const SHIFT: u32 = 2;
-/// Indices are counted modulo 2^62 (they live in bits 2..64 of a word and in the stamps).
-const INDEX_MASK: u64 = u64::MAX >> SHIFT;
+const RECEIVERS_WAIT: u64 = 1 << 62;
+const SENDERS_WAIT: u64 = 1 << 62;
+const DISCONNECTED: u64 = 1 << 63;
+/// Indices are counted modulo 2^62: they live in bits 0..62 of a word (under the flags, so
+/// that a slot's position is the word's low bits, with no shift) and in the stamps.
+const INDEX_MASK: u64 = (1 << 62) - 1;
 /// How many times the slot protocol re-reads a slot whose other side is in flight before it
 /// reports that (the public `try_*` then yield and nap until it settles; see [`settle`]).
 #[cfg(not(loom))]
@@ -326,6 +326,7 @@ impl<T> Chan<T> {
         }
     }
 
+    /// The slot of index `idx`, or of an index word (its flags lie above `one_lap`).
     #[inline]
     fn slot(&self, idx: u64) -> &Slot<T> {
         let pos = (idx & (self.one_lap - 1)) as usize;
@@ -355,11 +356,13 @@ impl<T> Chan<T> {
             if tail & DISCONNECTED != 0 {
                 return Err(Blocked::Disconnected(()));
             }
-            let idx = tail >> SHIFT;
-            let slot = self.slot(idx);
+            let idx = tail & INDEX_MASK;
+            // The flags lie above the position's bits: the slot's address comes from the word
+            // itself, one operation sooner than from `idx`.
+            let slot = self.slot(tail);
             let stamp = slot.stamp.load(Acquire);
             if stamp == idx {
-                let new = (self.next(idx) << SHIFT) | (tail & DISCONNECTED);
+                let new = self.next(idx) | (tail & DISCONNECTED);
                 match self.tail.compare_exchange_weak(tail, new, SeqCst, Relaxed) {
                     Ok(_) => return Ok((idx, tail & RECEIVERS_WAIT != 0)),
                     Err(t) => {
@@ -369,7 +372,7 @@ impl<T> Chan<T> {
                 }
             } else if stamp.wrapping_add(self.one_lap) & INDEX_MASK == (idx + 1) & INDEX_MASK {
                 // Last lap's item is still here.
-                let head = self.head.load(SeqCst) >> SHIFT;
+                let head = self.head.load(SeqCst) & INDEX_MASK;
                 if head.wrapping_add(self.one_lap) & INDEX_MASK == idx {
                     return Err(Blocked::Settled(()));
                 }
@@ -427,11 +430,11 @@ impl<T> Chan<T> {
         let mut spins = 0;
         let mut head = self.head.load(Relaxed);
         loop {
-            let idx = head >> SHIFT;
-            let slot = self.slot(idx);
+            let idx = head & INDEX_MASK;
+            let slot = self.slot(head);
             let stamp = slot.stamp.load(Acquire);
             if stamp == (idx + 1) & INDEX_MASK {
-                let new = self.next(idx) << SHIFT;
+                let new = self.next(idx);
                 match self.head.compare_exchange_weak(head, new, SeqCst, Relaxed) {
                     Ok(_) => return Ok((idx, head & SENDERS_WAIT != 0)),
                     Err(h) => {
@@ -442,7 +445,7 @@ impl<T> Chan<T> {
             } else if stamp == idx {
                 // Nothing written at this index yet.
                 let tail = self.tail.load(SeqCst);
-                if tail >> SHIFT == idx {
+                if tail & INDEX_MASK == idx {
                     return Err(if tail & DISCONNECTED != 0 {
                         Blocked::Disconnected(())
                     } else {
@@ -585,9 +588,9 @@ impl<T> Chan<T> {
 
     fn len(&self) -> usize {
         loop {
-            let tail = self.tail.load(SeqCst) >> SHIFT;
-            let head = self.head.load(SeqCst) >> SHIFT;
-            if self.tail.load(SeqCst) >> SHIFT != tail {
+            let tail = self.tail.load(SeqCst) & INDEX_MASK;
+            let head = self.head.load(SeqCst) & INDEX_MASK;
+            if self.tail.load(SeqCst) & INDEX_MASK != tail {
                 continue;
             }
             let lap_pos = |i: u64| (i & !(self.one_lap - 1), i & (self.one_lap - 1));
@@ -650,8 +653,8 @@ impl<T> Drop for Chan<T> {
         // Every handle is gone, so nothing is in flight: drop the values in [head, tail) —
         // those written: a select's claimed send that was never completed (its
         // `SelectedOperation` dropped, which panics) left its slot unwritten.
-        let tail = self.tail.load(Relaxed) >> SHIFT;
-        let mut idx = self.head.load(Relaxed) >> SHIFT;
+        let tail = self.tail.load(Relaxed) & INDEX_MASK;
+        let mut idx = self.head.load(Relaxed) & INDEX_MASK;
         while idx != tail {
             let slot = self.slot(idx);
             if slot.stamp.load(Relaxed) == (idx + 1) & INDEX_MASK {
@@ -1373,6 +1376,60 @@ mod tests {
                 }
                 assert!(rx.is_empty());
             }
+        }
+    }
+
+    /// Indices wrap modulo 2^62 under the flag bits: a channel started two laps before the
+    /// wrap keeps FIFO order, `Full`, `Empty`, `len` and the drop of what is left across it.
+    #[test]
+    fn mpmc_indices_wrap_under_the_flags() {
+        for cap in [1, 3, 4] {
+            let (tx, rx) = channel::<Arc<usize>>(cap);
+            let Flavor::Array(c) = &tx.flavor else {
+                unreachable!()
+            };
+            let start = (INDEX_MASK + 1) - 2 * c.one_lap;
+            c.tail.store(start, Relaxed);
+            c.head.store(start, Relaxed);
+            for (i, slot) in c.slots.iter().enumerate() {
+                slot.stamp.store(start + i as u64, Relaxed);
+            }
+            let witness = Arc::new(0);
+            let mut next_in = 0;
+            let mut next_out = 0;
+            for round in 0..6 {
+                while next_in - next_out < cap {
+                    tx.try_send(Arc::new(next_in)).unwrap();
+                    next_in += 1;
+                }
+                assert_eq!(tx.len(), cap);
+                assert!(matches!(
+                    tx.try_send(witness.clone()),
+                    Err(TrySendError::Full(_))
+                ));
+                for _ in 0..(round % cap) + 1 {
+                    assert_eq!(*rx.try_recv().unwrap(), next_out);
+                    next_out += 1;
+                }
+                assert_eq!(rx.len(), next_in - next_out);
+            }
+            assert!(
+                c.tail.load(Relaxed) & INDEX_MASK < start,
+                "the indices wrapped"
+            );
+            let left: Vec<_> = (next_out..next_in)
+                .map(|_| rx.try_recv().unwrap())
+                .collect();
+            assert!(left.iter().enumerate().all(|(k, v)| **v == next_out + k));
+            assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
+            // Refill, and let the channel drop what it holds at the wrapped indices.
+            let held: Vec<_> = (0..cap).map(Arc::new).collect();
+            for h in &held {
+                tx.try_send(h.clone()).unwrap();
+            }
+            drop((tx, rx));
+            assert!(held.iter().all(|h| Arc::strong_count(h) == 1));
+            assert_eq!(Arc::strong_count(&witness), 1);
         }
     }
 
