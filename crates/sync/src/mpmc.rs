@@ -357,8 +357,7 @@ impl<T> Chan<T> {
                 return Err(Blocked::Disconnected(()));
             }
             let idx = tail & INDEX_MASK;
-            // The flags lie above the position's bits: the slot's address comes from the word
-            // itself, one operation sooner than from `idx`.
+            // The flags lie above the position's bits: the word itself gives the slot.
             let slot = self.slot(tail);
             let stamp = slot.stamp.load(Acquire);
             if stamp == idx {
