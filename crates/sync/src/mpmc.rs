@@ -33,10 +33,10 @@
 //! `i + 1`, claims it by a CAS of `head`, moves the value out and stores the stamp
 //! `i + one_lap`, which is the next lap's sender's `i`.
 //!
-//! The two index words carry flags in their top bits:
+//! The two index words carry flags in their low bits:
 //!
-//! - `tail = DISCONNECTED (bit 63) | RECEIVERS_WAIT (bit 62) | index`
-//! - `head = SENDERS_WAIT (bit 62) | index`
+//! - `tail = index·4 | DISCONNECTED | RECEIVERS_WAIT`
+//! - `head = index·4 | SENDERS_WAIT`
 //!
 //! ```text
 //! try_send(x):                                       (try_recv is the mirror image)
@@ -133,12 +133,12 @@ crate::channel::errors! {
     take: TryRecvError, RecvTimeoutError, RecvError, "receive";
 }
 
-const RECEIVERS_WAIT: u64 = 1 << 62;
-const SENDERS_WAIT: u64 = 1 << 62;
-const DISCONNECTED: u64 = 1 << 63;
-/// Indices are counted modulo 2^62: they live in bits 0..62 of a word (under the flags, so
-/// that a slot's position is the word's low bits, with no shift) and in the stamps.
-const INDEX_MASK: u64 = (1 << 62) - 1;
+const RECEIVERS_WAIT: u64 = 1;
+const SENDERS_WAIT: u64 = 1;
+const DISCONNECTED: u64 = 2;
+const SHIFT: u32 = 2;
+/// Indices are counted modulo 2^62 (they live in bits 2..64 of a word and in the stamps).
+const INDEX_MASK: u64 = u64::MAX >> SHIFT;
 /// How many times the slot protocol re-reads a slot whose other side is in flight before it
 /// reports that (the public `try_*` then yield and nap until it settles; see [`settle`]).
 #[cfg(not(loom))]
@@ -326,7 +326,6 @@ impl<T> Chan<T> {
         }
     }
 
-    /// The slot of index `idx`, or of an index word (its flags lie above `one_lap`).
     #[inline]
     fn slot(&self, idx: u64) -> &Slot<T> {
         let pos = (idx & (self.one_lap - 1)) as usize;
@@ -356,12 +355,11 @@ impl<T> Chan<T> {
             if tail & DISCONNECTED != 0 {
                 return Err(Blocked::Disconnected(()));
             }
-            let idx = tail & INDEX_MASK;
-            // The flags lie above the position's bits: the word itself gives the slot.
-            let slot = self.slot(tail);
+            let idx = tail >> SHIFT;
+            let slot = self.slot(idx);
             let stamp = slot.stamp.load(Acquire);
             if stamp == idx {
-                let new = self.next(idx) | (tail & DISCONNECTED);
+                let new = (self.next(idx) << SHIFT) | (tail & DISCONNECTED);
                 match self.tail.compare_exchange_weak(tail, new, SeqCst, Relaxed) {
                     Ok(_) => return Ok((idx, tail & RECEIVERS_WAIT != 0)),
                     Err(t) => {
@@ -371,7 +369,7 @@ impl<T> Chan<T> {
                 }
             } else if stamp.wrapping_add(self.one_lap) & INDEX_MASK == (idx + 1) & INDEX_MASK {
                 // Last lap's item is still here.
-                let head = self.head.load(SeqCst) & INDEX_MASK;
+                let head = self.head.load(SeqCst) >> SHIFT;
                 if head.wrapping_add(self.one_lap) & INDEX_MASK == idx {
                     return Err(Blocked::Settled(()));
                 }
@@ -429,11 +427,11 @@ impl<T> Chan<T> {
         let mut spins = 0;
         let mut head = self.head.load(Relaxed);
         loop {
-            let idx = head & INDEX_MASK;
-            let slot = self.slot(head);
+            let idx = head >> SHIFT;
+            let slot = self.slot(idx);
             let stamp = slot.stamp.load(Acquire);
             if stamp == (idx + 1) & INDEX_MASK {
-                let new = self.next(idx);
+                let new = self.next(idx) << SHIFT;
                 match self.head.compare_exchange_weak(head, new, SeqCst, Relaxed) {
                     Ok(_) => return Ok((idx, head & SENDERS_WAIT != 0)),
                     Err(h) => {
@@ -444,7 +442,7 @@ impl<T> Chan<T> {
             } else if stamp == idx {
                 // Nothing written at this index yet.
                 let tail = self.tail.load(SeqCst);
-                if tail & INDEX_MASK == idx {
+                if tail >> SHIFT == idx {
                     return Err(if tail & DISCONNECTED != 0 {
                         Blocked::Disconnected(())
                     } else {
@@ -587,9 +585,9 @@ impl<T> Chan<T> {
 
     fn len(&self) -> usize {
         loop {
-            let tail = self.tail.load(SeqCst) & INDEX_MASK;
-            let head = self.head.load(SeqCst) & INDEX_MASK;
-            if self.tail.load(SeqCst) & INDEX_MASK != tail {
+            let tail = self.tail.load(SeqCst) >> SHIFT;
+            let head = self.head.load(SeqCst) >> SHIFT;
+            if self.tail.load(SeqCst) >> SHIFT != tail {
                 continue;
             }
             let lap_pos = |i: u64| (i & !(self.one_lap - 1), i & (self.one_lap - 1));
@@ -652,8 +650,8 @@ impl<T> Drop for Chan<T> {
         // Every handle is gone, so nothing is in flight: drop the values in [head, tail) —
         // those written: a select's claimed send that was never completed (its
         // `SelectedOperation` dropped, which panics) left its slot unwritten.
-        let tail = self.tail.load(Relaxed) & INDEX_MASK;
-        let mut idx = self.head.load(Relaxed) & INDEX_MASK;
+        let tail = self.tail.load(Relaxed) >> SHIFT;
+        let mut idx = self.head.load(Relaxed) >> SHIFT;
         while idx != tail {
             let slot = self.slot(idx);
             if slot.stamp.load(Relaxed) == (idx + 1) & INDEX_MASK {
@@ -1378,18 +1376,18 @@ mod tests {
         }
     }
 
-    /// Indices wrap modulo 2^62 under the flag bits: a channel started two laps before the
-    /// wrap keeps FIFO order, `Full`, `Empty`, `len` and the drop of what is left across it.
+    /// Indices wrap modulo 2^62: a channel started two laps before the wrap keeps FIFO order,
+    /// `Full`, `Empty`, `len` and the drop of what is left across it.
     #[test]
-    fn mpmc_indices_wrap_under_the_flags() {
+    fn mpmc_indices_wrap() {
         for cap in [1, 3, 4] {
             let (tx, rx) = channel::<Arc<usize>>(cap);
             let Flavor::Array(c) = &tx.flavor else {
                 unreachable!()
             };
             let start = (INDEX_MASK + 1) - 2 * c.one_lap;
-            c.tail.store(start, Relaxed);
-            c.head.store(start, Relaxed);
+            c.tail.store(start << SHIFT, Relaxed);
+            c.head.store(start << SHIFT, Relaxed);
             for (i, slot) in c.slots.iter().enumerate() {
                 slot.stamp.store(start + i as u64, Relaxed);
             }
@@ -1412,10 +1410,7 @@ mod tests {
                 }
                 assert_eq!(rx.len(), next_in - next_out);
             }
-            assert!(
-                c.tail.load(Relaxed) & INDEX_MASK < start,
-                "the indices wrapped"
-            );
+            assert!(c.tail.load(Relaxed) >> SHIFT < start, "the indices wrapped");
             let left: Vec<_> = (next_out..next_in)
                 .map(|_| rx.try_recv().unwrap())
                 .collect();
