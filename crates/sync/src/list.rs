@@ -47,11 +47,11 @@
 //! an index in that block (so the block lives: its slot is not read yet, or is being read by
 //! that thread), except by the thread that reclaims it (the reader of its last slot, or a
 //! later one that sweeps the deferred blocks) and the sender that takes it as a spare.
-//! Position words and their block pointers agree: a
-//! position's block is stored *before* its index leaves the gap (`Release`), and a thread loads
-//! the index (`Acquire`) before the block, so a thread whose claim succeeds has the block of the
-//! index it claimed (a stale block goes with a stale index, whose CAS fails). Indices never
-//! repeat (62 bits), so a block address that comes back, recycled, cannot fool a claim either.
+//! Position words and their block pointers agree: a position's block is stored *before* its
+//! index leaves the gap (`Release`), and a thread loads the index (`Acquire`) before the
+//! block, so a thread whose claim succeeds has the block of the index it claimed (a stale
+//! block goes with a stale index, whose CAS fails). Indices never repeat (62 bits), so a block
+//! address that comes back, recycled, cannot fool a claim either.
 //!
 //! **Reclamation.** The reader of a block's last slot reclaims the block: if every earlier
 //! slot is read (`Acquire`, pairing with each reader's `Release` store after its move-out),
@@ -80,8 +80,8 @@
 //! increments `not_empty` after its `WRITTEN`; the increment is ordered after `e`, so
 //! `wait(e)` returns. A receiver that sees the list still empty sleeps on `e`. The flag is
 //! shared: the sender that clears it wakes every sleeper, and each that finds nothing sets it
-//! again. Selects and async receives are on an
-//! observer list pushed before they set the flag, which that sender wakes too (`select.rs`).
+//! again. Selects and async receives are on an observer list pushed before they set the flag,
+//! which that sender wakes too (`select.rs`).
 //!
 //! **Disconnection** as crossbeam-channel's: the last sender sets `DISCONNECTED` in `tail` and
 //! signals; receivers take what is left, then fail. The last receiver sets it too (later sends
