@@ -301,6 +301,10 @@ fn hazard_stress(barrier: Barrier) {
     let shared = Shared::new();
     let domain = Domain::with_barrier(barrier);
     let n = replacements();
+    let writers = writers();
+    // Computed once: `writers` asks the OS for the CPU count (cgroup files), too slow for a
+    // loop whose writers must keep up with the readers.
+    let bound = domain.pending_bound(writers) as u64;
     let s = &*shared;
     let d = &domain;
     let peak = AtomicU64::new(0);
@@ -323,7 +327,7 @@ fn hazard_stress(barrier: Barrier) {
                 s.reads.fetch_add(reads, Relaxed);
             });
         }
-        let writers: Vec<_> = (0..writers())
+        let handles: Vec<_> = (0..writers)
             .map(|w| {
                 scope.spawn(move || {
                     let mut x = 0xD1B5_4A32_D192_ED03 ^ (w as u64 + 1);
@@ -337,15 +341,14 @@ fn hazard_stress(barrier: Barrier) {
                         peak.fetch_max(pending, Relaxed);
                         // The bound is documented for `Heavy`; prepaid batches also wait up
                         // to PREPAID_PATIENCE for their ticket.
-                        if barrier == Barrier::Heavy && pending > d.pending_bound(writers()) as u64
-                        {
+                        if barrier == Barrier::Heavy && pending > bound {
                             over_bound.fetch_add(1, Relaxed);
                         }
                     }
                 })
             })
             .collect();
-        for w in writers {
+        for w in handles {
             w.join().unwrap();
         }
         s.stop.store(true, Relaxed);
@@ -360,16 +363,16 @@ fn hazard_stress(barrier: Barrier) {
     eprintln!(
         "hazard {barrier:?}: {} reads, {} replacements, {} nodes reused, peak pending {} (bound {})",
         s.reads.load(Relaxed),
-        n * writers() as u64,
+        n * writers as u64,
         s.pool.reused.load(Relaxed),
         peak.load(Relaxed),
-        domain.pending_bound(writers())
+        domain.pending_bound(writers)
     );
     assert_eq!(
         over_bound.load(Relaxed),
         0,
         "pending exceeded the documented bound {} (peak {})",
-        domain.pending_bound(writers()),
+        domain.pending_bound(writers),
         peak.load(Relaxed)
     );
     let mut rounds = 0;
