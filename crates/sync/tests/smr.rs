@@ -302,7 +302,7 @@ fn hazard_stress(barrier: Barrier) {
     let domain = Domain::with_barrier(barrier);
     let n = replacements();
     let writers = writers();
-    // Computed once: `writers` asks the OS for the CPU count (cgroup files), too slow for a
+    // Computed once: `writers()` asks the OS for the CPU count (cgroup files), too slow for a
     // loop whose writers must keep up with the readers.
     let bound = domain.pending_bound(writers) as u64;
     let s = &*shared;
