@@ -326,6 +326,7 @@ impl<T> Chan<T> {
         }
     }
 
+    /// The slot of index `idx` (an index, not an index word: shift the word first).
     #[inline]
     fn slot(&self, idx: u64) -> &Slot<T> {
         let pos = (idx & (self.one_lap - 1)) as usize;

@@ -1,7 +1,8 @@
 //! Crash test on a real file system: a child process (this test binary again) appends from
 //! 2 × cores threads with `append_durable`, printing each acknowledgement, and is killed with
 //! `SIGKILL` at a random moment. The log reopened afterwards must hold every acknowledged
-//! record byte for byte, each thread's records in order with no gap, and nothing else.
+//! record byte for byte, each thread's records in order with no gap, and nothing else. Two
+//! such trials run at once, each with its own child and directory (see `AT_ONCE`).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
