@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use crate::kit::calibrate;
 use crate::load::{Load, Reading};
 use crate::progress::Status;
-use crate::spec::{Body, Plan, Sample};
+use crate::spec::{Body, Claim, Plan, Sample, Variant};
 
 use super::data::Layout;
 use super::state::{is_fixed, State};
@@ -19,6 +19,92 @@ const WINDOW: Duration = Duration::from_millis(500);
 /// not before this long: a shorter one holds too few ticks of CPU time to see a competing
 /// process in.
 const MIN_WINDOW: Duration = Duration::from_millis(100);
+
+/// Gives the variants that claims compare one size of work per run.
+///
+/// A section's variants do the same operation (their metric is its time, or a quantile of its
+/// latency), and a run of `n` of them includes costs that do not grow with `n`: threads that
+/// start and finish, a tail in which some wait for others. Sized apart, a claim's two variants
+/// were compared at different `n`, as far apart as their calibrations were noisy: on the
+/// 2-vCPU Zen 4 guest, four `lab rings` runs sized 8 threads through Spindle's channel and
+/// kanal's to 74 021 and 111 919, 66 699 and 71 902, 44 919 and 58 597, 34 275 and 119 579
+/// messages, and the verdict of `mpmc-vs-kanal` depended on the sizes as much as on the code.
+///
+/// Variants joined by claims (a claim joins its two variants when they are of one section and
+/// one kind, and calibrated within [`NEAR`] × of each other) form groups; a group runs at the
+/// smaller median of its members' calibrated sizes, at most 4 × the smallest (so that no run
+/// takes more than about 4 × the target) and within every member's `max_work`. Two variants
+/// further apart than [`NEAR`] (a `membarrier` against `mprotect`, a padded counter against a
+/// contended one) keep their sizes: one size would make the cheap one's runs too short to time
+/// or the dear one's too long for the budget, and a cost that far from the other is not turned
+/// by a fixed cost per run. Variants no claim compares, fixed sizes and variants that size
+/// their own work are left alone.
+fn equal_work(variants: &[Variant<'_>], claims: &[Claim], work: &mut [u64]) {
+    let kind = |b: &Body<'_>| match b {
+        Body::PerOp(_) => 0,
+        Body::Calibrated(_) => 1,
+        Body::Fixed(_) => 2,
+    };
+    let index = |id: &str| variants.iter().position(|v| v.id == id);
+    // Union-find over the variants, joined by the claims that compare them.
+    let mut parent: Vec<usize> = (0..variants.len()).collect();
+    fn root(parent: &mut [usize], mut i: usize) -> usize {
+        while parent[i] != i {
+            parent[i] = parent[parent[i]];
+            i = parent[i];
+        }
+        i
+    }
+    for c in claims {
+        let (Some(a), Some(b)) = (index(&c.numerator.0), index(&c.denominator.0)) else {
+            continue;
+        };
+        let (va, vb) = (&variants[a], &variants[b]);
+        let (lo, hi) = (work[a].min(work[b]), work[a].max(work[b]));
+        if a == b
+            || va.section != vb.section
+            || kind(&va.body) != kind(&vb.body)
+            || is_fixed(&va.body)
+            || va.fixed_work.is_some()
+            || vb.fixed_work.is_some()
+            || hi > lo.saturating_mul(NEAR)
+        {
+            continue;
+        }
+        let (ra, rb) = (root(&mut parent, a), root(&mut parent, b));
+        parent[ra] = rb;
+    }
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut group_of = vec![usize::MAX; variants.len()];
+    for i in 0..variants.len() {
+        let r = root(&mut parent, i);
+        if group_of[r] == usize::MAX {
+            group_of[r] = groups.len();
+            groups.push(Vec::new());
+        }
+        groups[group_of[r]].push(i);
+    }
+    for group in groups.iter().filter(|g| g.len() >= 2) {
+        let mut sizes: Vec<u64> = group.iter().map(|&j| work[j]).collect();
+        sizes.sort_unstable();
+        let cap = group
+            .iter()
+            .map(|&j| variants[j].max_work)
+            .min()
+            .unwrap_or(1);
+        let common = sizes[(sizes.len() - 1) / 2]
+            .min(sizes[0].saturating_mul(4))
+            .min(cap)
+            .max(1);
+        for &j in group {
+            work[j] = common;
+        }
+    }
+}
+
+/// Two variants a claim compares share a size of work only when their calibrated sizes are
+/// within this factor of each other (see [`equal_work`]).
+const NEAR: u64 = 16;
 
 /// A trial measured but not yet kept: `samples[v]` is None for variants that did not run.
 struct Pending {
@@ -43,7 +129,8 @@ impl Window {
 }
 
 impl Ctx<'_> {
-    /// Sizes each variant's work to the run target (first visit only), then runs every
+    /// Sizes each variant's work to the run target (first visit only; the variants a claim
+    /// compares then get one size, see [`equal_work`]), then runs every
     /// variant that will run once without recording it: page faults, lazy initialisation,
     /// caches, and on later visits whatever ran in between. False when the slice ran out
     /// first (a machine so loaded that calibrating took it all): the sizes found are dropped,
@@ -64,6 +151,31 @@ impl Ctx<'_> {
             .clone()
             .unwrap_or_else(|| vec![1; plan.variants.len()]);
         let nv = plan.variants.len();
+        if calibrating {
+            for (i, v) in plan.variants.iter_mut().enumerate() {
+                if self.stop_requested() {
+                    state.work = Some(work);
+                    return true;
+                }
+                if self.elapsed() >= self.slice {
+                    return false;
+                }
+                self.status(&format!("calibrating ({}/{nv})", i + 1));
+                work[i] = match (&mut v.body, v.fixed_work) {
+                    (Body::Fixed(_), _) => work[i],
+                    (_, Some(n)) => n,
+                    (Body::PerOp(f), None) => {
+                        calibrate(target, 1, v.max_work, |n| f(n).as_duration())
+                    }
+                    (Body::Calibrated(f), None) => calibrate(target, 1, v.max_work, |n| {
+                        let t = Instant::now();
+                        let s = f(n);
+                        s.elapsed.unwrap_or_else(|| t.elapsed())
+                    }),
+                };
+            }
+            equal_work(&plan.variants, &plan.claims, &mut work);
+        }
         for (i, v) in plan.variants.iter_mut().enumerate() {
             if self.stop_requested() {
                 break;
@@ -74,26 +186,7 @@ impl Ctx<'_> {
             if !calibrating && !running[i] {
                 continue;
             }
-            let what = if calibrating {
-                "calibrating and warming up"
-            } else {
-                "warming up"
-            };
-            self.status(&format!("{what} ({}/{nv})", i + 1));
-            if calibrating && !is_fixed(&v.body) {
-                work[i] = match (&mut v.body, v.fixed_work) {
-                    (_, Some(n)) => n,
-                    (Body::PerOp(f), None) => {
-                        calibrate(target, 1, v.max_work, |n| f(n).as_duration())
-                    }
-                    (Body::Calibrated(f), None) => calibrate(target, 1, v.max_work, |n| {
-                        let t = Instant::now();
-                        let s = f(n);
-                        s.elapsed.unwrap_or_else(|| t.elapsed())
-                    }),
-                    (Body::Fixed(_), None) => unreachable!("fixed variants are not calibrated"),
-                };
-            }
+            self.status(&format!("warming up ({}/{nv})", i + 1));
             let t = Instant::now();
             run_once(&mut v.body, work[i]);
             state.ran(i, t.elapsed().as_secs_f64());
@@ -274,5 +367,85 @@ fn run_once(body: &mut Body<'_>, work: u64) -> Sample {
         }
         Body::Calibrated(f) => f(work),
         Body::Fixed(f) => f(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::equal_work;
+    use crate::kit::Span;
+    use crate::spec::{Claim, Sample, Variant};
+
+    fn op(section: &'static str, id: &str) -> Variant<'static> {
+        Variant::per_op(section, id, id, |_| Span::default())
+    }
+
+    fn claim(a: &str, b: &str) -> Claim {
+        Claim::guarantee("c", "").ratio(a, b).at_most(1.0)
+    }
+
+    #[test]
+    fn the_variants_a_claim_compares_get_one_size_of_work() {
+        let variants = vec![
+            // Three variants joined by two claims: their median size; the fourth, which no
+            // claim compares, keeps its own.
+            op("a", "a1"),
+            op("a", "a2"),
+            op("a", "a3"),
+            op("a", "a4"),
+            // Two within 16 × of each other: the smaller size, so that neither runs long.
+            op("b", "b1"),
+            op("b", "b2"),
+            // Two further apart keep their own sizes.
+            op("c", "c1"),
+            op("c", "c2"),
+            // A stalled calibration cannot make the others run more than 4 × its size.
+            op("d", "d1"),
+            op("d", "d2"),
+            op("d", "d3"),
+            // Fixed sizes, self-sized variants, other kinds and other sections are left alone.
+            op("e", "e1").work(7),
+            op("e", "e2"),
+            Variant::fixed("e", "e3", "e3", Sample::new),
+            Variant::calibrated("e", "e4", "e4", |_| Sample::new()),
+            op("f", "f1"),
+            // The smallest maximum of a group caps its size.
+            op("g", "g1").max_work(1000),
+            op("g", "g2"),
+        ];
+        let claims = vec![
+            claim("a1", "a2"),
+            claim("a3", "a1"),
+            claim("b1", "b2"),
+            claim("c1", "c2"),
+            claim("d1", "d2"),
+            claim("d1", "d3"),
+            claim("e1", "e2"),
+            claim("e2", "e3"),
+            claim("e2", "e4"),
+            claim("e2", "f1"),
+            claim("g1", "g2"),
+            claim("nobody", "g2"),
+        ];
+        let mut work = vec![
+            52_421, 17_751, 90_000, 5, //
+            1_000, 10_000, //
+            1_000, 100_000, //
+            10_000, 60_000, 80_000, //
+            7, 3, 1, 9, 4, //
+            1_000, 6_000,
+        ];
+        equal_work(&variants, &claims, &mut work);
+        assert_eq!(
+            work,
+            vec![
+                52_421, 52_421, 52_421, 5, //
+                1_000, 1_000, //
+                1_000, 100_000, //
+                40_000, 40_000, 40_000, //
+                7, 3, 1, 9, 4, //
+                1_000, 1_000,
+            ]
+        );
     }
 }
