@@ -49,8 +49,9 @@
 //!                               if RECEIVERS_WAIT was in t: not_empty.increment()
 //!     s == t + 1 − one_lap:   the slot holds last lap's item: Full if head == t − one_lap,
 //!                             else its receiver is still moving it out (spin a little)
-//!     otherwise:    another sender took t: reload tail (unchanged: last lap's sender of
-//!                   this slot is still writing it: in flight, as above)
+//!     otherwise:    another sender took t: back off, reload tail (unchanged: last lap's
+//!                   sender of this slot is still writing it: in flight, as above)
+//!   a failed CAS backs off too: 2^k pauses, k = 0, 1, … 6 (see `back_off`)
 //! ```
 //!
 //! **One read-modify-write.** The CAS that claims the index is the only one. Waking is paid
@@ -351,6 +352,7 @@ impl<T> Chan<T> {
     #[inline(always)]
     fn claim_send(&self) -> Result<(u64, bool), Blocked<()>> {
         let mut spins = 0;
+        let mut contended = 0;
         let mut tail = self.tail.load(Relaxed);
         loop {
             if tail & DISCONNECTED != 0 {
@@ -365,7 +367,7 @@ impl<T> Chan<T> {
                     Ok(_) => return Ok((idx, tail & RECEIVERS_WAIT != 0)),
                     Err(t) => {
                         tail = t;
-                        spin_loop();
+                        back_off(&mut contended);
                     }
                 }
             } else if stamp.wrapping_add(self.one_lap) & INDEX_MASK == (idx + 1) & INDEX_MASK {
@@ -384,7 +386,7 @@ impl<T> Chan<T> {
                 // Another sender claimed `idx` since we loaded `tail`, or last lap's sender of
                 // this slot is still writing it (claimed, stamp not stored): then `tail` stays
                 // put, and that sender is in flight.
-                spin_loop();
+                back_off(&mut contended);
                 let t = self.tail.load(Relaxed);
                 if t == tail {
                     spins += 1;
@@ -426,6 +428,7 @@ impl<T> Chan<T> {
     #[inline(always)]
     fn claim_recv(&self) -> Result<(u64, bool), Blocked<()>> {
         let mut spins = 0;
+        let mut contended = 0;
         let mut head = self.head.load(Relaxed);
         loop {
             let idx = head >> SHIFT;
@@ -437,7 +440,7 @@ impl<T> Chan<T> {
                     Ok(_) => return Ok((idx, head & SENDERS_WAIT != 0)),
                     Err(h) => {
                         head = h;
-                        spin_loop();
+                        back_off(&mut contended);
                     }
                 }
             } else if stamp == idx {
@@ -460,7 +463,7 @@ impl<T> Chan<T> {
                 // Another receiver claimed `idx` since we loaded `head`, or last lap's receiver
                 // of this slot is still moving its value out: then `head` stays put, and that
                 // receiver is in flight.
-                spin_loop();
+                back_off(&mut contended);
                 let h = self.head.load(Relaxed);
                 if h == head {
                     spins += 1;
@@ -602,6 +605,27 @@ impl<T> Chan<T> {
         }
     }
 }
+
+/// After a claim lost its CAS, or found its index taken, to another operation of its side:
+/// 2^`contended` `pause`s, doubling up to [`BACKOFF_LIMIT`]. Retrying at once (one `pause`)
+/// keeps every contender's next CAS on the line while the winner still needs it, and the index
+/// word then moves between cores once per attempt rather than once per claim.
+#[inline(always)]
+fn back_off(contended: &mut u32) {
+    if cfg!(loom) {
+        spin_loop();
+        return;
+    }
+    for _ in 0..1u32 << *contended {
+        spin_loop();
+    }
+    if *contended < BACKOFF_LIMIT {
+        *contended += 1;
+    }
+}
+
+/// The longest contention back-off is 2^6 = 64 `pause`s.
+const BACKOFF_LIMIT: u32 = 6;
 
 /// The `pause`-th pause (from 1) of a `try_*` that found the other side of its slot in flight
 /// (claimed, not yet written or moved out): a few `sched_yield`s, for an operation that shares our CPU, then
