@@ -26,7 +26,7 @@
 //! ```
 //! Wait (`wait(v)`):
 //! ```text
-//! spin a little while version == v
+//! spin a little while version == v     // 128 polls, one a sched_yield (when: learnt)
 //! loop:
 //!     CAS(word, 2v → 2v|F)             // publish "a sleeper may be present"
 //!         fails with version != v  → return Changed
@@ -269,11 +269,49 @@ const SPIN_BEFORE_FLAG: u32 = 128;
 /// instead of after the waiter has gone through the futex (the lab's one-CPU ping-pong in
 /// `rings`); otherwise it costs one system call that returns at once. This is where the
 /// single-producer event count's waiters start; they learn to yield earlier when the yield is
-/// what brought the version (`SpEventCount::wait_until`). The multi-producer one keeps it.
+/// what brought the version (`SpEventCount::wait_until`). The multi-producer one's waiters
+/// learn it from how long their yields take, up to this (`Core::wait`).
 #[cfg(not(loom))]
 const YIELD_AT: u32 = SPIN_BEFORE_FLAG / 2;
 #[cfg(loom)]
 const YIELD_AT: u32 = u32::MAX;
+
+/// Yields the CPU (`sched_yield`) and says whether that let other threads run first: whether
+/// it took more than [`GAVE_WAY`] times the fastest yield this process has seen, the cost of
+/// the system call alone, and a microsecond more than that (a yield with nobody to give the
+/// CPU to returns at once: 0.4-0.6 µs on the Zen 4 guest, where one that gives way to another
+/// yielding thread takes 2.6 µs; the microsecond keeps one unusually fast yield from making
+/// ordinary ones look long). A yield that a hypervisor stretched reads as having given way;
+/// the lesson it teaches is undone by the next ones.
+fn yield_gave_way() -> bool {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    static FASTEST_NS: AtomicU64 = AtomicU64::new(u64::MAX);
+    let start = std::time::Instant::now();
+    yield_now();
+    let took = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let fastest = FASTEST_NS.load(Relaxed);
+    if took < fastest {
+        FASTEST_NS.store(took, Relaxed);
+        return false;
+    }
+    took > fastest
+        .saturating_mul(GAVE_WAY)
+        .max(fastest.saturating_add(1_000))
+}
+
+/// How many times the fastest yield's duration a yield must take to count as having given the
+/// CPU away (see [`yield_gave_way`]).
+const GAVE_WAY: u64 = 3;
+
+/// A multi-producer waiter's lesson from its yield at poll `yield_at` (see `Core::wait`):
+/// yield at once after a yield that gave way, else twice as late, up to [`YIELD_AT`].
+fn next_yield_at(yield_at: u32, gave_way: bool) -> u32 {
+    if gave_way {
+        0
+    } else {
+        yield_at.saturating_mul(2).saturating_add(1).min(YIELD_AT)
+    }
+}
 /// Pause-loop iterations between the flag flip and the futex wait.
 #[cfg(not(loom))]
 const SPIN_AFTER_FLAG: u32 = 32;
@@ -436,10 +474,15 @@ pub struct WaitState {
     pub iteration: u32,
 }
 
-/// The word and its futex handle, shared by both event counts.
+/// The multi-producer event count's word, its futex handle, and when its waiters yield.
 struct Core {
     word: AtomicU64,
     parking: Parking,
+    /// After how many polls of its spin a waiter yields, learnt by the waiters (see
+    /// [`Core::wait`]) and shared by all of them; a heuristic outside the protocol (a std
+    /// atomic even under loom, where nothing spins). Beside `word`, which every wait reads
+    /// anyway, and written only when it changes.
+    yield_at: std::sync::atomic::AtomicU32,
 }
 
 impl Core {
@@ -448,6 +491,7 @@ impl Core {
         Core {
             word: AtomicU64::new(0),
             parking: Parking::new(),
+            yield_at: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
@@ -456,6 +500,7 @@ impl Core {
         Core {
             word: AtomicU64::new(0),
             parking: Parking::new(),
+            yield_at: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
@@ -499,13 +544,34 @@ impl Core {
         let flagged = idle | FLAG;
         let version = |w: u64| w >> 1;
 
+        // The spin yields once, after `yield_at` polls, which the waiters learn from how long
+        // their yields take (`yield_gave_way`). A yield that gave the CPU to other threads
+        // (more runnable threads than CPUs) makes the next waits yield at once, as kanal's
+        // waiters always do; one that returned at once, nobody else wanting this CPU, makes
+        // the next wait yield later (doubling, up to `YIELD_AT`), so that with CPUs to spare
+        // the yield soon becomes one system call late in each spin that lasts that long.
+        // Waits that end before the yield teach nothing. A new event count starts at 0 (yield
+        // at once) and a yield that gave way goes back to 0 rather than halving: in the lab's
+        // `rings` MPMC section on the 2-CPU Zen 4 guest (8 threads, a new channel every run, a
+        // wait every ~500 messages and a third of them reaching the yield) a start at
+        // `YIELD_AT` and halving left most waits spinning first, and a message cost 20-25 ns;
+        // yielding at once, 13-15 ns (kanal 12-14). The single-producer event count learns
+        // from *where* in the spin the version moved instead; with several waiters that
+        // misleads (two senders wait on a full channel, one yields to a receiver, and the
+        // other sees the receiver's signal as an answer from another CPU). Whatever the
+        // lesson, the spin has the same length and the protocol below follows.
+        let yield_at = self.yield_at.load(std::sync::atomic::Ordering::Relaxed);
         for i in 0..SPIN_BEFORE_FLAG {
             let w = self.word.load(Acquire);
             if version(w) != old {
                 return Waited::Changed(version(w));
             }
-            if i == YIELD_AT {
-                yield_now();
+            if i == yield_at {
+                let at = next_yield_at(yield_at, yield_gave_way());
+                if at != yield_at {
+                    self.yield_at
+                        .store(at, std::sync::atomic::Ordering::Relaxed);
+                }
             } else {
                 spin_loop();
             }
@@ -1605,6 +1671,24 @@ mod tests {
             16,
             "no request, no acknowledgement"
         );
+    }
+
+    /// The multi-producer spin's yield point: back to "at once" after a yield that gave the
+    /// CPU away, from anywhere; after a yield that returned at once, 0 → 1 → 3 → … up to
+    /// `YIELD_AT` in seven steps, and no further.
+    #[cfg(not(loom))]
+    #[test]
+    fn the_yield_point_restarts_at_once_and_backs_off_by_doubling() {
+        assert_eq!(next_yield_at(YIELD_AT, true), 0);
+        assert_eq!(next_yield_at(5, true), 0);
+        let mut at = 0;
+        let mut steps = 0;
+        while at < YIELD_AT {
+            at = next_yield_at(at, false);
+            steps += 1;
+        }
+        assert_eq!((at, steps), (YIELD_AT, 7));
+        assert_eq!(next_yield_at(YIELD_AT, false), YIELD_AT);
     }
 
     #[test]
