@@ -48,12 +48,13 @@
 //!    then reads back at once (the module `placed` says why that matters).
 //! 6. **Beyond 10⁸** the low eight digits are printed in full after the high part, itself
 //!    printed by steps 1–5: a pair for `u32` (`u32::MAX < 43·10⁸`). A `u64` that fits 32 bits
-//!    takes the `u32` path; a larger one is split by 10⁸ twice into a high part of up to eight
-//!    (or four, above 10¹⁶) digits and one or two groups of eight printed in full. On x86-64
-//!    two groups of eight (or the high part, zero-padded, and one group) go through steps 2–4
-//!    together, on eight 16-bit lanes of an SSE2 register (the x86-64 baseline) instead of
-//!    four lanes of a general register: half the multiplications for sixteen digits. The
-//!    high part's leading zeros are then shifted out of the 16-byte word.
+//!    takes the `u32` path; a larger one is split into its top digits above 10¹⁶ (up to four)
+//!    and four groups of four below, each group computed from `x` itself (`x / 10⁴ᵏ mod 10⁴`:
+//!    four independent multiplications instead of a chain of divisions by 10⁸ and 10⁴). On
+//!    x86-64 the four groups go through steps 2–4 together, on eight 16-bit lanes of an SSE2
+//!    register (the x86-64 baseline) instead of four lanes of a general register: half the
+//!    multiplications for sixteen digits. Below 10¹⁶ the leading zeros are then shifted out
+//!    of the 16-byte word (or skipped, by `Buffer::format`).
 //! 7. **Signs** are a `-` always stored at the first byte, the digits after it at offset 0
 //!    or 1 (`x < 0` as an integer): no branch.
 //!
@@ -194,14 +195,40 @@ fn put8(out: &mut [Out], at: usize, v: u64) {
 #[inline(always)]
 fn digits16(a: u32, b: u32) -> u128 {
     debug_assert!(a < 100_000_000 && b < 100_000_000);
+    let (a1, b1) = (a / 10_000, b / 10_000);
+    groups16([a1, a - 10_000 * a1, b1, b - 10_000 * b1])
+}
+
+/// The four groups of four digits (`x / 10¹²`, then `x / 10⁸`, `x / 10⁴` and `x`, each mod
+/// 10⁴) of a `u64` below `10¹⁶ · 10⁴`, each computed from `x` itself: four independent
+/// multiplications rather than a chain of divisions (by 10⁸, then each half by 10⁴). The chain
+/// matters for the longest numbers: their string is two stores, so the caller's copy waits
+/// until both reach the cache, and with it everything the digits depended on (see `placed`).
+/// `x / 10¹⁶`, the top, is the caller's; the highest group here is taken mod 10⁴.
+#[inline(always)]
+fn groups_of(x: u64) -> [u32; 4] {
+    let (q4, q8, q12) = (x / 10_000, x / 100_000_000, x / 1_000_000_000_000);
+    // Each difference is below 10⁴, so 32-bit wrapping arithmetic gives it exactly.
+    let low = |q: u64, r: u64| (r as u32).wrapping_sub((q as u32).wrapping_mul(10_000));
+    [
+        low(x / 10_000_000_000_000_000, q12),
+        low(q12, q8),
+        low(q8, q4),
+        low(q4, x),
+    ]
+}
+
+/// The sixteen ASCII digits of four groups of four (each < 10⁴), in printing order from the
+/// least significant byte: see [`digits16`].
+#[inline(always)]
+fn groups16(g: [u32; 4]) -> u128 {
+    debug_assert!(g.iter().all(|&v| v < 10_000));
     #[cfg(target_arch = "x86_64")]
     {
         use core::arch::x86_64::*;
-        // Groups of four digits in 16-bit lanes 0..4: a / 10⁴, a % 10⁴, b / 10⁴, b % 10⁴.
-        let (a1, b1) = (a / 10_000, b / 10_000);
-        let (a0, b0) = (a - 10_000 * a1, b - 10_000 * b1);
+        // Groups of four digits in 16-bit lanes 0..4.
         let groups =
-            u64::from(a1) | u64::from(a0) << 16 | u64::from(b1) << 32 | u64::from(b0) << 48;
+            u64::from(g[0]) | u64::from(g[1]) << 16 | u64::from(g[2]) << 32 | u64::from(g[3]) << 48;
         // SAFETY: SSE2 is part of the x86-64 baseline; these intrinsics only compute.
         unsafe {
             let g = _mm_cvtsi64_si128(groups as i64);
@@ -221,7 +248,8 @@ fn digits16(a: u32, b: u32) -> u128 {
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        u128::from(bcd8(a) + ZEROS) | u128::from(bcd8(b) + ZEROS) << 64
+        let half = |a: u32, b: u32| u64::from(bcd4(a)) | u64::from(bcd4(b)) << 32;
+        u128::from(half(g[0], g[1]) + ZEROS) | u128::from(half(g[2], g[3]) + ZEROS) << 64
     }
 }
 
@@ -312,16 +340,17 @@ mod placed {
     /// `x > u32::MAX`, not inlined for the reason [`raw::u64_large_into`] gives.
     #[inline(never)]
     fn u64_large(out: &mut [Out; 20], x: u64) -> Range<usize> {
-        let hi = x / 100_000_000;
-        let low = (x - hi * 100_000_000) as u32;
-        if hi < 100_000_000 {
-            // 10 to 16 digits (hi ≥ 42: a non-zero digit among the first eight bytes).
-            return sixteen(at16(out, 0), hi as u32, low)..16;
+        let groups = groups_of(x);
+        if x < 10_000_000_000_000_000 {
+            // 10 to 16 digits (x ≥ 2³² > 42·10⁸: a non-zero digit among the first eight bytes).
+            let v = groups16(groups);
+            store16(at16(out, 0), v);
+            return ((v as u64 ^ ZEROS).trailing_zeros() / 8) as usize..16;
         }
         // The top one to four digits (u64::MAX < 1845·10¹⁶), then sixteen.
-        let top = bcd4((hi / 100_000_000) as u32);
+        let top = bcd4((x / 10_000_000_000_000_000) as u32);
         put4(out, 0, top + ZEROS as u32);
-        store16(at16(out, 4), digits16((hi % 100_000_000) as u32, low));
+        store16(at16(out, 4), groups16(groups));
         (top.trailing_zeros() / 8) as usize..20
     }
 
@@ -415,21 +444,19 @@ pub mod raw {
     /// section's small distributions), and a call costs these longer numbers little.
     #[inline(never)]
     pub(crate) fn u64_large_into(out: &mut [Out; U64_LEN], x: u64) -> usize {
-        let hi = x / 100_000_000;
-        let low = (x - hi * 100_000_000) as u32;
-        if hi < 100_000_000 {
-            // 10 to 16 digits: sixteen with the high part's leading zeros, which the shift
-            // drops (x > u32::MAX, so hi ≥ 42: a non-zero digit among the first eight bytes).
-            let v = digits16(hi as u32, low);
+        let groups = groups_of(x);
+        if x < 10_000_000_000_000_000 {
+            // 10 to 16 digits: sixteen with the leading zeros, which the shift drops
+            // (x ≥ 2³² > 42·10⁸: a non-zero digit among the first eight bytes).
+            let v = groups16(groups);
             let zeros = ((v as u64 ^ ZEROS).trailing_zeros() / 8) as usize;
             store16(at16(out, 0), v >> (8 * zeros));
             return 16 - zeros;
         }
         // u64::MAX < 1845·10¹⁶: the high part has at most four digits.
-        let top = (hi / 100_000_000) as u32;
-        let (w, n) = strip4(bcd4(top));
+        let (w, n) = strip4(bcd4((x / 10_000_000_000_000_000) as u32));
         put4(out, 0, w);
-        store16(at16(out, n), digits16((hi % 100_000_000) as u32, low));
+        store16(at16(out, n), groups16(groups));
         n + 16
     }
 
@@ -708,6 +735,30 @@ mod tests {
 
     /// The sixteen-digit vector path, against `format!`, on strides through both halves and
     /// at their edges.
+    /// The four-digit groups of 64-bit values, each from `x` alone, at the edges of the
+    /// ranges that use them and across `u64`.
+    #[test]
+    fn groups_of_four_digits_from_the_value_itself() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let edges = [
+            1 << 32,
+            9_999_999_999_999_999,
+            10_000_000_000_000_000,
+            u64::MAX,
+        ];
+        for v in edges.into_iter().chain((0..100_000).map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        })) {
+            let want = [12, 8, 4, 0].map(|k| ((v / 10u64.pow(k)) % 10_000) as u32);
+            assert_eq!(groups_of(v), want, "{v}");
+            let digits = std::format!("{:016}", v % 10_000_000_000_000_000);
+            assert_eq!(groups16(want).to_le_bytes(), digits.as_bytes(), "{v}");
+        }
+    }
+
     #[test]
     fn sixteen_digits_at_once() {
         let edges = [0, 1, 9, 10, 99, 100, 9_999, 10_000, 99_999_999];
