@@ -733,8 +733,6 @@ mod tests {
         assert_ne!((43_699 * 5243) >> 19, 43_699 / 100);
     }
 
-    /// The sixteen-digit vector path, against `format!`, on strides through both halves and
-    /// at their edges.
     /// The four-digit groups of 64-bit values, each from `x` alone, at the edges of the
     /// ranges that use them and across `u64`.
     #[test]
@@ -759,6 +757,8 @@ mod tests {
         }
     }
 
+    /// The sixteen-digit vector path, against `format!`, on strides through both halves and
+    /// at their edges.
     #[test]
     fn sixteen_digits_at_once() {
         let edges = [0, 1, 9, 10, 99, 100, 9_999, 10_000, 99_999_999];

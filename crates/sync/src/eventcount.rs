@@ -552,10 +552,10 @@ impl Core {
         // the yield soon becomes one system call late in each spin that lasts that long.
         // Waits that end before the yield teach nothing. A new event count starts at 0 (yield
         // at once) and a yield that gave way goes back to 0 rather than halving: in the lab's
-        // `rings` MPMC section on the 2-CPU Zen 4 guest (8 threads, a new channel every run, a
-        // wait every ~500 messages and a third of them reaching the yield) a start at
-        // `YIELD_AT` and halving left most waits spinning first, and a message cost 20-25 ns;
-        // yielding at once, 13-15 ns (kanal 12-14). The single-producer event count learns
+        // `rings` MPMC section on the 2-CPU Zen 4 guest (8 threads, a new channel every run,
+        // 2-6 waits per thousand messages and a third of them reaching the yield) a start at
+        // `YIELD_AT` and halving left most waits spinning first, and a message cost 17 ns
+        // (20-25 ns with the yield fixed at `YIELD_AT`); this rule, 13-15 ns (kanal 12-14). The single-producer event count learns
         // from *where* in the spin the version moved instead; with several waiters that
         // misleads (two senders wait on a full channel, one yields to a receiver, and the
         // other sees the receiver's signal as an answer from another CPU). Whatever the
