@@ -26,7 +26,7 @@
 //! ```
 //! Wait (`wait(v)`):
 //! ```text
-//! spin a little while version == v     // 128 polls, one a sched_yield (when: learnt)
+//! spin a little while version == v     // 128 polls; a sched_yield after one (which: learnt)
 //! loop:
 //!     CAS(word, 2v → 2v|F)             // publish "a sleeper may be present"
 //!         fails with version != v  → return Changed
@@ -282,7 +282,7 @@ const YIELD_AT: u32 = u32::MAX;
 /// CPU to returns at once: 0.4-0.6 µs on the Zen 4 guest, where one that gives way to another
 /// yielding thread takes 2.6 µs; the microsecond keeps one unusually fast yield from making
 /// ordinary ones look long). A yield that a hypervisor stretched reads as having given way;
-/// the lesson it teaches is undone by the next ones.
+/// the next seven waits that reach their yield and find it quick undo the lesson.
 fn yield_gave_way() -> bool {
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
     static FASTEST_NS: AtomicU64 = AtomicU64::new(u64::MAX);
@@ -291,7 +291,7 @@ fn yield_gave_way() -> bool {
     let took = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
     let fastest = FASTEST_NS.load(Relaxed);
     if took < fastest {
-        FASTEST_NS.store(took, Relaxed);
+        FASTEST_NS.fetch_min(took, Relaxed);
         return false;
     }
     took > fastest
@@ -478,7 +478,7 @@ pub struct WaitState {
 struct Core {
     word: AtomicU64,
     parking: Parking,
-    /// After how many polls of its spin a waiter yields, learnt by the waiters (see
+    /// The poll of its spin after which a waiter yields, learnt by the waiters (see
     /// [`Core::wait`]) and shared by all of them; a heuristic outside the protocol (a std
     /// atomic even under loom, where nothing spins). Beside `word`, which every wait reads
     /// anyway, and written only when it changes.
@@ -486,21 +486,22 @@ struct Core {
 }
 
 impl Core {
+    /// A word at version 0 whose waiters first yield after poll `yield_at`.
     #[cfg(not(loom))]
-    const fn new() -> Core {
+    const fn new(yield_at: u32) -> Core {
         Core {
             word: AtomicU64::new(0),
             parking: Parking::new(),
-            yield_at: std::sync::atomic::AtomicU32::new(0),
+            yield_at: std::sync::atomic::AtomicU32::new(yield_at),
         }
     }
 
     #[cfg(loom)]
-    fn new() -> Core {
+    fn new(yield_at: u32) -> Core {
         Core {
             word: AtomicU64::new(0),
             parking: Parking::new(),
-            yield_at: std::sync::atomic::AtomicU32::new(0),
+            yield_at: std::sync::atomic::AtomicU32::new(yield_at),
         }
     }
 
@@ -544,14 +545,15 @@ impl Core {
         let flagged = idle | FLAG;
         let version = |w: u64| w >> 1;
 
-        // The spin yields once, after `yield_at` polls, which the waiters learn from how long
+        // The spin yields once, after poll `yield_at`, which the waiters learn from how long
         // their yields take (`yield_gave_way`). A yield that gave the CPU to other threads
         // (more runnable threads than CPUs) makes the next waits yield at once, as kanal's
         // waiters always do; one that returned at once, nobody else wanting this CPU, makes
         // the next wait yield later (doubling, up to `YIELD_AT`), so that with CPUs to spare
         // the yield soon becomes one system call late in each spin that lasts that long.
         // Waits that end before the yield teach nothing. A new event count starts at 0 (yield
-        // at once) and a yield that gave way goes back to 0 rather than halving: in the lab's
+        // after the first poll; a `select!`'s context, which lives for one wait, starts at
+        // `YIELD_AT`) and a yield that gave way goes back to 0 rather than halving: in the lab's
         // `rings` MPMC section on the 2-CPU Zen 4 guest (8 threads, a new channel every run,
         // 2-6 waits per thousand messages and a third of them reaching the yield) a start at
         // `YIELD_AT` and halving left most waits spinning first, and a message cost 17 ns
@@ -658,13 +660,23 @@ impl EventCount {
     /// A new event count at version 0.
     #[cfg(not(loom))]
     pub const fn new() -> EventCount {
-        EventCount { core: Core::new() }
+        EventCount { core: Core::new(0) }
     }
 
     /// A new event count at version 0.
     #[cfg(loom)]
     pub fn new() -> EventCount {
-        EventCount { core: Core::new() }
+        EventCount { core: Core::new(0) }
+    }
+
+    /// A new event count whose waiters spin to the middle of their spin before their first
+    /// yield, as a long-lived event count's do once its yields have returned at once: for
+    /// one that lives for a single wait (a blocked `select!`'s context), which would
+    /// otherwise start each wait yielding after its first poll and forget what it learnt.
+    pub(crate) fn spinning_first() -> EventCount {
+        EventCount {
+            core: Core::new(YIELD_AT),
+        }
     }
 
     /// The current version (an `Acquire` load: data written before the signal that produced

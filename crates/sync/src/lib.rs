@@ -49,7 +49,9 @@
 //! - **The waiter is likely to be spinning when the signal comes** (request/response, a
 //!   consumer that keeps up): either event count hands off in about the time of a cache-line
 //!   round trip, because it spins briefly before it sleeps; condition variables and
-//!   event-listener go through the kernel every time.
+//!   event-listener go through the kernel every time. (A new multi-producer event count's
+//!   first waits yield after their first poll, until a few of those yields return at once:
+//!   see `EventCount`'s spin.)
 //! - **The wait condition is more than "the version changed"** (several variables, a
 //!   predicate under a lock you need anyway): a `Condvar` with its mutex is simpler; use
 //!   parking_lot's, whose notify is cheap when nobody waits.

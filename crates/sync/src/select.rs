@@ -174,7 +174,7 @@ impl Ctx {
     fn new() -> Arc<Ctx> {
         Arc::new(Ctx {
             selected: AtomicUsize::new(WAITING),
-            ec: EventCount::new(),
+            ec: EventCount::spinning_first(),
             waker: None,
         })
     }
