@@ -342,7 +342,8 @@ mod placed {
     fn u64_large(out: &mut [Out; 20], x: u64) -> Range<usize> {
         let groups = groups_of(x);
         if x < 10_000_000_000_000_000 {
-            // 10 to 16 digits (x ≥ 2³² > 42·10⁸: a non-zero digit among the first eight bytes).
+            // 10 to 16 digits (x ≥ 2³² > 42·10⁸: a non-zero digit among the first eight
+            // bytes).
             let v = groups16(groups);
             store16(at16(out, 0), v);
             return ((v as u64 ^ ZEROS).trailing_zeros() / 8) as usize..16;

@@ -279,8 +279,8 @@ const YIELD_AT: u32 = u32::MAX;
 /// Yields the CPU (`sched_yield`) and says whether that let other threads run first: whether
 /// it took more than [`GAVE_WAY`] times the fastest yield this process has seen, the cost of
 /// the system call alone, and a microsecond more than that (a yield with nobody to give the
-/// CPU to returns at once: 0.4-0.6 µs on the Zen 4 guest, where one that gives way to another
-/// yielding thread takes 2.6 µs; the microsecond keeps one unusually fast yield from making
+/// CPU to returns as soon as the system call does; one that gives way returns only after at
+/// least two context switches; the microsecond keeps one unusually fast yield from making
 /// ordinary ones look long). A yield that a hypervisor stretched reads as having given way;
 /// the next seven waits that reach their yield and find it quick undo the lesson.
 fn yield_gave_way() -> bool {
@@ -553,11 +553,12 @@ impl Core {
         // the yield soon becomes one system call late in each spin that lasts that long.
         // Waits that end before the yield teach nothing. A new event count starts at 0 (yield
         // after the first poll; a `select!`'s context, which lives for one wait, starts at
-        // `YIELD_AT`) and a yield that gave way goes back to 0 rather than halving: in the lab's
-        // `rings` MPMC section on the 2-CPU Zen 4 guest (8 threads, a new channel every run,
-        // 2-6 waits per thousand messages and a third of them reaching the yield) a start at
-        // `YIELD_AT` and halving left most waits spinning first, and a message cost 17 ns
-        // (20-25 ns with the yield fixed at `YIELD_AT`); this rule, 13-15 ns (kanal 12-14). The single-producer event count learns
+        // `YIELD_AT`) and a yield that gave way goes back to 0 rather than halving: waits that
+        // reach their yield are few (in the lab's `rings` MPMC section on a 2-CPU machine,
+        // 8 threads, a new channel every run, a few per thousand messages), so a start at
+        // `YIELD_AT` and halving left most waits spinning first, and the section measured
+        // that slower than this rule (commit 80864b4 has the figures of each rule tried;
+        // `docs/results.md` has the section's). The single-producer event count learns
         // from *where* in the spin the version moved instead; with several waiters that
         // misleads (two senders wait on a full channel, one yields to a receiver, and the
         // other sees the receiver's signal as an answer from another CPU). Whatever the
