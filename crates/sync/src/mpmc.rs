@@ -40,7 +40,7 @@
 //!
 //! ```text
 //! try_send(x):                                       (try_recv is the mirror image)
-//!   t = load(tail)
+//!   t = tail's recent value (see "Where a claim starts")
 //!   loop:
 //!     DISCONNECTED in t → Disconnected
 //!     s = stamp[t]
@@ -53,6 +53,22 @@
 //!                   sender of this slot is still writing it: in flight, as above)
 //!   a failed CAS backs off too: 2^k pauses, k = 0, 1, … 6 (see `back_off`)
 //! ```
+//!
+//! **Where a claim starts.** Beside each index word, on its line, is a plain copy of a value
+//! the word had recently (`Index`): the thread that has just changed the word (a claim's CAS, a
+//! waiter's flag, the disconnection) stores the new value there, and a claim starts from that
+//! copy instead of loading the word. On x86 a load of a word this thread has just changed with
+//! a `lock`ed instruction is not served from the store buffer: it waits until the write reaches
+//! the cache. Back-to-back operations of one thread (a producer filling the channel, a consumer
+//! draining it, both sides of a current-thread async runtime) paid that wait at every
+//! operation; a value written by a plain store is forwarded. The copy is safe because it only
+//! ever holds a value the word had, so starting from it is starting from a stale load of the
+//! word, which the protocol already allows: a claim succeeds only by a CAS from the word's
+//! exact current value; a stale index finds its slot's stamp already past it (a slot's stamp
+//! leaves index `i` as soon as `i` is claimed, except while its claimer is in flight, when the
+//! CAS fails), so it can show neither a free slot nor `Full` nor `Empty`, and the claim takes
+//! the word's value from the failed CAS or reloads it, as after losing a race. A copy that lags
+//! costs one failed CAS or one reload, never a wrong answer.
 //!
 //! **One read-modify-write.** The CAS that claims the index is the only one. Waking is paid
 //! only by an operation whose CAS found the other side's waiting flag — the CAS reads the flag
@@ -99,7 +115,8 @@
 //! a receiver still moving a value out. So `Empty` and `Full` are answered only at the loads
 //! that show `head == tail` and `head + one_lap == tail`.
 //!
-//! **Orderings.** The claims are `SeqCst` CAS (any `lock`ed instruction on x86); the stamp
+//! **Orderings.** The copies of the index words are `Relaxed`: nothing is handed over through
+//! them. The claims are `SeqCst` CAS (any `lock`ed instruction on x86); the stamp
 //! stores are `Release` and the stamp loads `Acquire`, which hands each value from its sender
 //! to its receiver and each emptied slot back. The flag and disconnection arguments above use
 //! only the modification orders of `tail` and `head` and release/acquire through them.
@@ -189,8 +206,8 @@ pub fn channel<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
         })
         .collect();
     let chan = Arc::new(Chan {
-        tail: CachePadded(AtomicU64::new(0)),
-        head: CachePadded(AtomicU64::new(0)),
+        tail: CachePadded(Index::new()),
+        head: CachePadded(Index::new()),
         not_empty: CachePadded(EventCount::new()),
         not_full: CachePadded(EventCount::new()),
         recv_select: CachePadded(Observers::new()),
@@ -268,9 +285,52 @@ struct Slot<T> {
     value: UnsafeCell<MaybeUninit<T>>,
 }
 
+/// An index word (`tail` or `head`), and beside it on its line a value it had recently, which
+/// claims start from (see "Where a claim starts" above). Derefs to the word.
+struct Index {
+    word: AtomicU64,
+    /// A value `word` had: stored (plainly) by the thread that has just written `word`.
+    recent: AtomicU64,
+}
+
+impl Index {
+    fn new() -> Index {
+        Index {
+            word: AtomicU64::new(0),
+            recent: AtomicU64::new(0),
+        }
+    }
+
+    /// A value the word had recently: where a claim starts.
+    #[inline(always)]
+    fn recent(&self) -> u64 {
+        self.recent.load(Relaxed)
+    }
+
+    /// Records `w`, the value this thread has just given the word.
+    #[inline(always)]
+    fn note(&self, w: u64) {
+        self.recent.store(w, Relaxed);
+    }
+
+    /// Sets `flag` in the word (`SeqCst`), and notes the result.
+    #[inline]
+    fn set_flag(&self, flag: u64) {
+        let old = self.word.fetch_or(flag, SeqCst);
+        self.note(old | flag);
+    }
+}
+
+impl std::ops::Deref for Index {
+    type Target = AtomicU64;
+    fn deref(&self) -> &AtomicU64 {
+        &self.word
+    }
+}
+
 pub(crate) struct Chan<T> {
-    tail: CachePadded<AtomicU64>,
-    head: CachePadded<AtomicU64>,
+    tail: CachePadded<Index>,
+    head: CachePadded<Index>,
     not_empty: CachePadded<EventCount>,
     not_full: CachePadded<EventCount>,
     /// Selects waiting for a value / for room (see `select.rs`). On lines of their own: their
@@ -353,7 +413,7 @@ impl<T> Chan<T> {
     fn claim_send(&self) -> Result<(u64, bool), Blocked<()>> {
         let mut spins = 0;
         let mut contended = 0;
-        let mut tail = self.tail.load(Relaxed);
+        let mut tail = self.tail.recent();
         loop {
             if tail & DISCONNECTED != 0 {
                 return Err(Blocked::Disconnected(()));
@@ -364,7 +424,10 @@ impl<T> Chan<T> {
             if stamp == idx {
                 let new = (self.next(idx) << SHIFT) | (tail & DISCONNECTED);
                 match self.tail.compare_exchange_weak(tail, new, SeqCst, Relaxed) {
-                    Ok(_) => return Ok((idx, tail & RECEIVERS_WAIT != 0)),
+                    Ok(_) => {
+                        self.tail.note(new);
+                        return Ok((idx, tail & RECEIVERS_WAIT != 0));
+                    }
                     Err(t) => {
                         tail = t;
                         back_off(&mut contended);
@@ -429,7 +492,7 @@ impl<T> Chan<T> {
     fn claim_recv(&self) -> Result<(u64, bool), Blocked<()>> {
         let mut spins = 0;
         let mut contended = 0;
-        let mut head = self.head.load(Relaxed);
+        let mut head = self.head.recent();
         loop {
             let idx = head >> SHIFT;
             let slot = self.slot(idx);
@@ -437,7 +500,10 @@ impl<T> Chan<T> {
             if stamp == (idx + 1) & INDEX_MASK {
                 let new = self.next(idx) << SHIFT;
                 match self.head.compare_exchange_weak(head, new, SeqCst, Relaxed) {
-                    Ok(_) => return Ok((idx, head & SENDERS_WAIT != 0)),
+                    Ok(_) => {
+                        self.head.note(new);
+                        return Ok((idx, head & SENDERS_WAIT != 0));
+                    }
                     Err(h) => {
                         head = h;
                         back_off(&mut contended);
@@ -509,7 +575,7 @@ impl<T> Chan<T> {
                 Err(Blocked::Settled(v) | Blocked::InFlight(v)) => value = v,
             }
             let e = self.not_full.value();
-            self.head.fetch_or(SENDERS_WAIT, SeqCst);
+            self.head.set_flag(SENDERS_WAIT);
             let in_flight = match self.try_send(value) {
                 Ok(()) => return Ok(()),
                 Err(Blocked::Disconnected(v)) => return Err(SendTimeoutError::Disconnected(v)),
@@ -537,7 +603,7 @@ impl<T> Chan<T> {
                 Err(_) => {}
             }
             let e = self.not_empty.value();
-            self.tail.fetch_or(RECEIVERS_WAIT, SeqCst);
+            self.tail.set_flag(RECEIVERS_WAIT);
             let in_flight = match self.try_recv() {
                 Ok(v) => return Ok(v),
                 Err(Blocked::Disconnected(())) => return Err(RecvTimeoutError::Disconnected),
@@ -580,7 +646,7 @@ impl<T> Chan<T> {
     }
 
     fn disconnect(&self) {
-        self.tail.fetch_or(DISCONNECTED, SeqCst);
+        self.tail.set_flag(DISCONNECTED);
         self.not_empty.increment();
         self.not_full.increment();
         self.recv_select.notify();
@@ -879,11 +945,11 @@ impl<T> Handle for Flavor<T> {
         match (self, send) {
             (Flavor::Array(c), true) => {
                 c.send_select.add(ctx);
-                c.head.fetch_or(SENDERS_WAIT, SeqCst);
+                c.head.set_flag(SENDERS_WAIT);
             }
             (Flavor::Array(c), false) => {
                 c.recv_select.add(ctx);
-                c.tail.fetch_or(RECEIVERS_WAIT, SeqCst);
+                c.tail.set_flag(RECEIVERS_WAIT);
             }
             (Flavor::List(_), true) => {}
             (Flavor::List(c), false) => c.watch(ctx),
@@ -894,10 +960,10 @@ impl<T> Handle for Flavor<T> {
     fn rearm(&self, send: bool) {
         match (self, send) {
             (Flavor::Array(c), true) => {
-                c.head.fetch_or(SENDERS_WAIT, SeqCst);
+                c.head.set_flag(SENDERS_WAIT);
             }
             (Flavor::Array(c), false) => {
-                c.tail.fetch_or(RECEIVERS_WAIT, SeqCst);
+                c.tail.set_flag(RECEIVERS_WAIT);
             }
             (Flavor::List(c), false) => c.rearm(),
             // A rendezvous' watch list has no flag; an unbounded send never waits.
@@ -1412,7 +1478,9 @@ mod tests {
             };
             let start = (INDEX_MASK + 1) - 2 * c.one_lap;
             c.tail.store(start << SHIFT, Relaxed);
+            c.tail.note(start << SHIFT);
             c.head.store(start << SHIFT, Relaxed);
+            c.head.note(start << SHIFT);
             for (i, slot) in c.slots.iter().enumerate() {
                 slot.stamp.store(start + i as u64, Relaxed);
             }
@@ -1449,6 +1517,49 @@ mod tests {
             drop((tx, rx));
             assert!(held.iter().all(|h| Arc::strong_count(h) == 1));
             assert_eq!(Arc::strong_count(&witness), 1);
+        }
+    }
+
+    /// A claim starts from a copy of its index word that may lag (see "Where a claim starts"):
+    /// with the copies set back to values the words had before, at random, every `try_send`
+    /// and `try_recv` still answers as a queue does (the value, `Full`, `Empty`).
+    #[test]
+    fn mpmc_stale_copies_of_the_index_words_give_right_answers() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for cap in [1, 3, 4, 8] {
+            let (tx, rx) = channel::<u64>(cap);
+            let Flavor::Array(c) = &tx.flavor else {
+                unreachable!()
+            };
+            let mut model = std::collections::VecDeque::new();
+            let (mut tails, mut heads) = (vec![0], vec![0]);
+            for i in 0..20_000u64 {
+                if next() % 3 == 0 {
+                    c.tail.note(tails[next() as usize % tails.len()]);
+                }
+                if next() % 3 == 0 {
+                    c.head.note(heads[next() as usize % heads.len()]);
+                }
+                if next() % 2 == 0 {
+                    let r = tx.try_send(i);
+                    if model.len() < cap {
+                        assert_eq!(r, Ok(()));
+                        model.push_back(i);
+                    } else {
+                        assert_eq!(r, Err(TrySendError::Full(i)));
+                    }
+                } else {
+                    assert_eq!(rx.try_recv().ok(), model.pop_front());
+                }
+                tails.push(c.tail.load(Relaxed));
+                heads.push(c.head.load(Relaxed));
+            }
         }
     }
 
