@@ -281,13 +281,25 @@ fn poll_recv<T>(
 impl<T> Future for RecvFut<'_, T> {
     type Output = Result<T, RecvError>;
     /// A value in a bounded channel, for a future not yet watching: the channel's own receive,
-    /// inlined into the caller; the rest (and a retry) out of line.
+    /// inlined into the caller; an empty channel, straight to watching (no second try); the
+    /// rest out of line.
     #[inline(always)]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
         if let (Flavor::Array(c), None) = (&this.rx.flavor, this.watching) {
-            if let Ok(v) = c.try_recv() {
-                return Poll::Ready(Ok(v));
+            match c.try_recv() {
+                Ok(v) => return Poll::Ready(Ok(v)),
+                Err(Blocked::Settled(())) => {
+                    watch(
+                        &this.rx.flavor,
+                        false,
+                        &mut this.watching,
+                        &mut this.yields,
+                        cx,
+                    );
+                    return Poll::Pending;
+                }
+                Err(_) => {}
             }
         }
         poll_recv(&this.rx.flavor, &mut this.watching, &mut this.yields, cx)
@@ -304,16 +316,27 @@ impl<T> Drop for RecvFut<'_, T> {
 impl<T> Future for SendFut<'_, T> {
     type Output = Result<(), SendError<T>>;
     /// Room in a bounded channel, for a future not yet watching: the channel's own send,
-    /// inlined into the caller; the rest (and a retry) out of line.
+    /// inlined into the caller; a full channel, straight to watching (no second try); the rest
+    /// out of line.
     #[inline(always)]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         if let (Flavor::Array(c), None) = (&self.tx.flavor, self.watching) {
             if let Some(value) = self.value.take() {
                 match c.try_send(value) {
                     Ok(()) => return Poll::Ready(Ok(())),
-                    Err(Blocked::Settled(v) | Blocked::InFlight(v) | Blocked::Disconnected(v)) => {
-                        self.value = Some(v)
+                    Err(Blocked::Settled(v)) => {
+                        let this = &mut *self;
+                        this.value = Some(v);
+                        watch(
+                            &this.tx.flavor,
+                            true,
+                            &mut this.watching,
+                            &mut this.yields,
+                            cx,
+                        );
+                        return Poll::Pending;
                     }
+                    Err(Blocked::InFlight(v) | Blocked::Disconnected(v)) => self.value = Some(v),
                 }
             }
         }
