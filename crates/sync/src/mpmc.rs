@@ -68,7 +68,10 @@
 //! leaves index `i` as soon as `i` is claimed, except while its claimer is in flight, when the
 //! CAS fails), so it can show neither a free slot nor `Full` nor `Empty`, and the claim takes
 //! the word's value from the failed CAS or reloads it, as after losing a race. A copy that lags
-//! costs one failed CAS or one reload, never a wrong answer.
+//! costs one failed CAS or one reload, never a wrong answer. The blocking argument below is
+//! unchanged: a waiter's second try may start from a copy older than its flag, but it ends,
+//! like every claim, at a CAS or at the `SeqCst` load of the other index that shows `Full` or
+//! `Empty`, and that load comes after the flag's `fetch_or`.
 //!
 //! **One read-modify-write.** The CAS that claims the index is the only one. Waking is paid
 //! only by an operation whose CAS found the other side's waiting flag — the CAS reads the flag
