@@ -52,6 +52,10 @@ pub(crate) struct State {
     pub claims: Vec<ClaimState>,
     /// Work per run of each variant, fixed by the first visit's calibration.
     pub work: Option<Vec<u64>>,
+    /// A calibration that a visit's slice cut short: the sizes found so far and how many
+    /// variants have one. The next visit goes on from there instead of starting again, so
+    /// that a machine too loaded to calibrate an experiment in one slice still gets there.
+    pub partial: Option<(Vec<u64>, usize)>,
     /// Smoothed wall time of one run of each variant (predicts the next trial's length).
     pub run_seconds: Vec<f64>,
     /// The first visit's slice: it sizes work per run in every visit, so that all trials
@@ -87,6 +91,7 @@ impl State {
             sections: vec![SectionState::default(); plan.sections.len()],
             claims,
             work: None,
+            partial: None,
             run_seconds: vec![0.0; plan.variants.len()],
             sizing,
             visits: Vec::new(),

@@ -630,3 +630,51 @@ fn a_ratio_that_moves_restarts_the_test_instead_of_calling_it_close() {
     assert!(c.explanation.contains("restarted"), "{}", c.explanation);
     assert_eq!(c.ratio.median, 1.0);
 }
+
+/// A calibration that outlasts its visit's slice is kept as far as it got, and the next visit
+/// goes on from there: a machine too loaded to calibrate an experiment in one slice still
+/// measures it (before, every visit started the calibration again).
+#[test]
+fn a_calibration_cut_short_goes_on_at_the_next_visit() {
+    let m = machine();
+    let measure = |visit: VisitPlan| {
+        let mut session = Collect { snapshots: 0 };
+        let mut load = quiet();
+        let mut ctx = Ctx::new(
+            &m,
+            Profile::Quick,
+            1e-3,
+            info(),
+            1,
+            &mut session,
+            &mut load,
+            visit,
+        );
+        let mut plan = Plan::new();
+        plan.section(Section::per_op("p", "p", "call").baseline("b"));
+        // Every call takes 20 ms whatever its size, so calibrating one variant takes at
+        // least two of them (a call over four times the run target is timed twice).
+        for id in ["a", "b", "c"] {
+            plan.variant(Variant::per_op("p", id, id, |_| {
+                crate::kit::time(|| std::thread::sleep(Duration::from_millis(20)))
+            }));
+        }
+        ctx.measure(plan).unwrap();
+        (ctx.result.take().unwrap(), ctx.saved.take().unwrap())
+    };
+    let (r, saved) = measure(VisitPlan {
+        slice: Duration::from_millis(50),
+        phase: "first pass",
+        resume: None,
+    });
+    assert_eq!(r.trials, 0, "{}", r.stop_reason);
+    assert!(saved.0.work.is_none());
+    let done = saved.0.partial.as_ref().map(|p| p.1);
+    assert!(
+        matches!(done, Some(1..=2)),
+        "calibrated before the slice ran out: {done:?}"
+    );
+    let (r, saved) = measure(later(3, saved));
+    assert!(r.trials > 0, "{}", r.stop_reason);
+    assert!(saved.0.partial.is_none() && saved.0.work.is_some());
+}

@@ -132,9 +132,13 @@ impl Ctx<'_> {
     /// Sizes each variant's work to the run target (first visit only; the variants a claim
     /// compares then get one size, see [`equal_work`]), then runs every
     /// variant that will run once without recording it: page faults, lazy initialisation,
-    /// caches, and on later visits whatever ran in between. False when the slice ran out
-    /// first (a machine so loaded that calibrating took it all): the sizes found are dropped,
-    /// and the next visit starts again.
+    /// caches, and on later visits whatever ran in between (a variant that calibration has
+    /// just run in this visit is warm already). False when the slice ran out first (a machine
+    /// so loaded that calibrating took it all): the sizes found so far are kept
+    /// (`State::partial`), and the next visit goes on from there. Before, it started again,
+    /// and on a loaded machine an experiment whose calibration and warm-up outlast a slice
+    /// (`fences`: global membarriers and batches of loaded threads) could spend every visit
+    /// calibrating and never run a trial.
     pub(super) fn prepare(
         &mut self,
         plan: &mut Plan<'_>,
@@ -146,18 +150,22 @@ impl Ctx<'_> {
         let running = state.running(layout, &active, limits.min_trials, &[]);
         let target = self.run_target(plan.variants.len()) / plan.run_divisor.max(1);
         let calibrating = state.work.is_none();
-        let mut work = state
-            .work
-            .clone()
-            .unwrap_or_else(|| vec![1; plan.variants.len()]);
         let nv = plan.variants.len();
+        let (mut work, from) = match (&state.work, state.partial.take()) {
+            (Some(w), _) => (w.clone(), nv),
+            (None, Some((w, k))) => (w, k),
+            (None, None) => (vec![1; nv], 0),
+        };
+        // Variants run by this visit's calibration (warm: no warm-up run for them).
+        let mut warm = vec![false; nv];
         if calibrating {
-            for (i, v) in plan.variants.iter_mut().enumerate() {
+            for (i, v) in plan.variants.iter_mut().enumerate().skip(from) {
                 if self.stop_requested() {
                     state.work = Some(work);
                     return true;
                 }
                 if self.elapsed() >= self.slice {
+                    state.partial = Some((work, i));
                     return false;
                 }
                 self.status(&format!("calibrating ({}/{nv})", i + 1));
@@ -165,16 +173,27 @@ impl Ctx<'_> {
                     (Body::Fixed(_), _) => work[i],
                     (_, Some(n)) => n,
                     (Body::PerOp(f), None) => {
+                        warm[i] = true;
                         calibrate(target, 1, v.max_work, |n| f(n).as_duration())
                     }
-                    (Body::Calibrated(f), None) => calibrate(target, 1, v.max_work, |n| {
-                        let t = Instant::now();
-                        let s = f(n);
-                        s.elapsed.unwrap_or_else(|| t.elapsed())
-                    }),
+                    (Body::Calibrated(f), None) => {
+                        warm[i] = true;
+                        calibrate(target, 1, v.max_work, |n| {
+                            let t = Instant::now();
+                            let s = f(n);
+                            s.elapsed.unwrap_or_else(|| t.elapsed())
+                        })
+                    }
                 };
             }
+            let calibrated = work.clone();
             equal_work(&plan.variants, &plan.claims, &mut work);
+            // A variant whose size `equal_work` changed has not run at that size yet.
+            for (w, (a, b)) in warm.iter_mut().zip(work.iter().zip(&calibrated)) {
+                *w &= a == b;
+            }
+            // Calibration is done: keep it even if the warm-up below runs out of slice.
+            state.work = Some(work.clone());
         }
         for (i, v) in plan.variants.iter_mut().enumerate() {
             if self.stop_requested() {
@@ -183,16 +202,13 @@ impl Ctx<'_> {
             if self.elapsed() >= self.slice {
                 return false;
             }
-            if !calibrating && !running[i] {
+            if (!calibrating && !running[i]) || warm[i] {
                 continue;
             }
             self.status(&format!("warming up ({}/{nv})", i + 1));
             let t = Instant::now();
             run_once(&mut v.body, work[i]);
             state.ran(i, t.elapsed().as_secs_f64());
-        }
-        if calibrating {
-            state.work = Some(work);
         }
         true
     }
