@@ -73,13 +73,12 @@
 //! like every claim, at a CAS or at the `SeqCst` load of the other index that shows `Full` or
 //! `Empty`, and that load comes after the flag's `fetch_or`.
 //!
-//! **Nothing is looked up after the CAS.** A `lock`ed instruction lets no later load start
-//! before it completes, so whatever a claim needs after its CAS (the slot's address, from the
-//! slot array's pointer and the lap size; a receive's next-lap stamp) is computed before it and
-//! handed to the write or read (`claim_send_at`, `claim_recv_at`). Looked up again after the
-//! CAS, as the compiler must (a `SeqCst` CAS orders those loads too), those loads lay on the
-//! path from one operation's CAS to the next one's: one thread's `try_send` + `try_recv` took
-//! 5.75 ns a pair, now 5.17 (Zen 4 guest, best of 11).
+//! **The slot is found before the CAS.** A `lock`ed instruction lets no later load start
+//! before it completes, so the claimed slot's address (from the slot array's pointer and the
+//! lap size) is computed before the CAS and handed to the write or read (`claim_send_at`,
+//! `claim_recv_at`). Looked up again after the CAS, as the compiler must (a `SeqCst` CAS
+//! orders those loads too), those loads lay on the path from one operation's CAS to the next
+//! one's (lab `rings`, sections `onethread` and `async-stream-ct`, time such runs).
 //!
 //! **One read-modify-write.** The CAS that claims the index is the only one. Waking is paid
 //! only by an operation whose CAS found the other side's waiting flag — the CAS reads the flag
@@ -508,23 +507,19 @@ impl<T> Chan<T> {
 
     #[inline(always)]
     pub(crate) fn try_recv(&self) -> Result<T, Blocked<()>> {
-        let (freed, slot, wake) = self.claim_recv_at()?;
+        let (idx, slot, wake) = self.claim_recv_at()?;
         // SAFETY: claimed just now.
-        Ok(unsafe { self.read_at(slot, freed, wake) })
+        Ok(unsafe { self.read_at(slot, idx, wake) })
     }
 
     /// Claims the next index for a receive (its slot written), or says why not: the first
     /// half of a receive; `wake` says whether senders wait.
     #[inline(always)]
     fn claim_recv(&self) -> Result<(u64, bool), Blocked<()>> {
-        let one_lap = self.one_lap;
-        self.claim_recv_at()
-            .map(|(freed, _, wake)| (freed.wrapping_sub(one_lap) & INDEX_MASK, wake))
+        self.claim_recv_at().map(|(idx, _, wake)| (idx, wake))
     }
 
-    /// [`Self::claim_recv`], with the claimed index's slot (as [`Self::claim_send_at`]), and
-    /// instead of the index the stamp that frees the slot for the next lap (`idx + one_lap`),
-    /// also computed before the CAS.
+    /// [`Self::claim_recv`], with the claimed index's slot (as [`Self::claim_send_at`]).
     #[inline(always)]
     fn claim_recv_at(&self) -> Result<(u64, &Slot<T>, bool), Blocked<()>> {
         let mut spins = 0;
@@ -536,11 +531,10 @@ impl<T> Chan<T> {
             let stamp = slot.stamp.load(Acquire);
             if stamp == (idx + 1) & INDEX_MASK {
                 let new = self.next(idx) << SHIFT;
-                let freed = idx.wrapping_add(self.one_lap) & INDEX_MASK;
                 match self.head.compare_exchange_weak(head, new, SeqCst, Relaxed) {
                     Ok(_) => {
                         self.head.note(new);
-                        return Ok((freed, slot, head & SENDERS_WAIT != 0));
+                        return Ok((idx, slot, head & SENDERS_WAIT != 0));
                     }
                     Err(h) => {
                         head = h;
@@ -587,22 +581,21 @@ impl<T> Chan<T> {
     /// `idx` was claimed by [`Self::claim_recv`] and not read since.
     #[inline(always)]
     unsafe fn read(&self, idx: u64, wake: bool) -> T {
-        let freed = idx.wrapping_add(self.one_lap) & INDEX_MASK;
         // SAFETY: the caller's.
-        unsafe { self.read_at(self.slot(idx), freed, wake) }
+        unsafe { self.read_at(self.slot(idx), idx, wake) }
     }
 
-    /// [`Self::read`] from `slot`, the slot of the claimed index `idx`; `freed` is
-    /// `idx + one_lap`, the stamp that frees it for the next lap.
+    /// [`Self::read`] from `slot`, the slot of `idx`.
     ///
     /// # Safety
     /// As `read`'s.
     #[inline(always)]
-    unsafe fn read_at(&self, slot: &Slot<T>, freed: u64, wake: bool) -> T {
+    unsafe fn read_at(&self, slot: &Slot<T>, idx: u64, wake: bool) -> T {
         // SAFETY: the claim's CAS gave us index `idx`, whose slot holds its sender's value
         // (stamp `idx + 1`, loaded with Acquire after its Release).
         let value = unsafe { (*slot.value.get()).assume_init_read() };
-        slot.stamp.store(freed, Release);
+        slot.stamp
+            .store(idx.wrapping_add(self.one_lap) & INDEX_MASK, Release);
         if wake {
             self.not_full.increment();
             self.send_select.notify();

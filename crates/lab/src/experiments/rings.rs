@@ -1228,7 +1228,7 @@ impl Experiment for Rings {
         claims(&mut plan, threads);
         plan.note("Rings that never block (rtrb, ArrayQueue) are driven as their users drive them: retry with pause, and sched_yield every 64 tries; in the idle and wake sections they would burn a whole CPU by design, so they are left out there.");
         plan.note("std's sync_channel has one receiver, so it is left out of the MPMC section; so are the single-producer rings.");
-        plan.note("The current-thread async sections time a whole channel operation plus a future's poll in a few nanoseconds, so they also time how the compiler inlined each channel's futures into this binary's loops: on the 2-vCPU Zen 4 guest, kanal's stream took 6.4–6.9 ns an item in some builds of the lab and 7.9–8.4 ns in others, with kanal's code and version unchanged (only Spindle's code, elsewhere in the binary, differed; building the lab as one codegen unit gave 7.9). A verdict near the bound in these sections can flip between builds for that reason alone.");
+        plan.note("The current-thread async sections time a whole channel operation plus a future's poll in a few nanoseconds, so they also time how the compiler inlined each channel's futures into this binary's loops, which can differ between builds of the lab whose channel code is the same (a change elsewhere in the binary moves code between codegen units): a verdict near the bound in these sections can flip between builds for that reason alone.");
         if pair_cpus.is_none() {
             plan.note(
                 "This machine gives the lab one CPU: the 'two CPUs' sections time-share it too.",

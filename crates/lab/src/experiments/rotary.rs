@@ -17,12 +17,10 @@
 //!   barriers); the peers' is one.
 //!   This section runs one reader fewer than there are CPUs (at least one), so that the
 //!   writer has a CPU of its own. With one reader per CPU, the writer's wake-ups (to start
-//!   its update, and after its pause) took a reader's CPU, and about one trial in ten of
-//!   every contestant (16 of 144 among the calm variants and the rotary set's stalled one, on
-//!   the 2-vCPU Zen 4 guest) had a reader off its CPU for up to a scheduler tick (1–4 ms):
-//!   the longest pull then timed the scheduler, not the set, and the claims on it stayed
-//!   undecided. With a CPU left to the writer, none of about 390 trials did (the rotary set's
-//!   longest pull 21–119 µs, calm or stalled; the locks' readers 10.1–10.3 ms when stalled).
+//!   its update, and after its pause) took a reader's CPU, and some trials of every
+//!   contestant, calm ones included, had a reader off its CPU for up to a scheduler tick: the
+//!   longest pull then timed the scheduler, not the set, and the claims on it stayed
+//!   undecided.
 //!
 //! Items are `u64` ids, [`ITEMS`] of them.
 

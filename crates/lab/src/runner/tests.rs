@@ -63,6 +63,25 @@ fn machine() -> Machine {
     Machine::detect()
 }
 
+/// A quick-profile context for one visit of the synthetic experiment.
+fn visit_ctx<'r>(
+    machine: &'r Machine,
+    session: &'r mut Collect,
+    load: &'r mut dyn LoadSource,
+    visit: VisitPlan,
+) -> Ctx<'r> {
+    Ctx::new(
+        machine,
+        Profile::Quick,
+        1e-3,
+        info(),
+        1,
+        session,
+        load,
+        visit,
+    )
+}
+
 /// Runs a plan of two sections of fixed variants: "s" with `a` and `b` (values from the trial
 /// index), and "t" with a claimless pair; `claims` are about a and b. Returns the result and
 /// the saved state.
@@ -75,16 +94,7 @@ fn run(
     claims: Vec<Claim>,
 ) -> (ExperimentResult, Saved) {
     let mut session = Collect { snapshots: 0 };
-    let mut ctx = Ctx::new(
-        machine,
-        Profile::Quick,
-        1e-3,
-        info(),
-        1,
-        &mut session,
-        load,
-        visit,
-    );
+    let mut ctx = visit_ctx(machine, &mut session, load, visit);
     let (ta, tb) = (Cell::new(0u64), Cell::new(0u64));
     let mut plan = Plan::new();
     plan.section(
@@ -477,16 +487,7 @@ fn values_computed_once_come_back_on_later_visits() {
     let m = machine();
     let mut session = Collect { snapshots: 0 };
     let mut load = quiet();
-    let mut ctx = Ctx::new(
-        &m,
-        Profile::Quick,
-        1e-3,
-        info(),
-        1,
-        &mut session,
-        &mut load,
-        first(1),
-    );
+    let mut ctx = visit_ctx(&m, &mut session, &mut load, first(1));
     assert_eq!(ctx.once("n", |_| 7), 7);
     assert_eq!(ctx.once("n", |_| 8), 7);
     let mut plan = Plan::new();
@@ -495,16 +496,7 @@ fn values_computed_once_come_back_on_later_visits() {
     ctx.measure(plan).unwrap();
     let saved = ctx.saved.take().unwrap();
     drop(ctx);
-    let mut ctx = Ctx::new(
-        &m,
-        Profile::Quick,
-        1e-3,
-        info(),
-        1,
-        &mut session,
-        &mut load,
-        later(1, saved),
-    );
+    let mut ctx = visit_ctx(&m, &mut session, &mut load, later(1, saved));
     assert_eq!(ctx.once("n", |_| 9), 7, "the first visit's value");
 }
 
@@ -547,16 +539,7 @@ fn past_the_table_only_a_claims_variants_run() {
     let m = machine();
     let mut session = Collect { snapshots: 0 };
     let mut load = quiet();
-    let mut ctx = Ctx::new(
-        &m,
-        Profile::Quick,
-        1e-3,
-        info(),
-        1,
-        &mut session,
-        &mut load,
-        first(60),
-    );
+    let mut ctx = visit_ctx(&m, &mut session, &mut load, first(60));
     let runs_of_x = Cell::new(0u64);
     let ms = || std::thread::sleep(Duration::from_millis(1));
     let mut plan = Plan::new();
@@ -640,16 +623,7 @@ fn a_calibration_cut_short_goes_on_at_the_next_visit() {
     let measure = |visit: VisitPlan| {
         let mut session = Collect { snapshots: 0 };
         let mut load = quiet();
-        let mut ctx = Ctx::new(
-            &m,
-            Profile::Quick,
-            1e-3,
-            info(),
-            1,
-            &mut session,
-            &mut load,
-            visit,
-        );
+        let mut ctx = visit_ctx(&m, &mut session, &mut load, visit);
         let mut plan = Plan::new();
         plan.section(Section::per_op("p", "p", "call").baseline("b"));
         // Every call takes 20 ms whatever its size, so calibrating one variant takes at
