@@ -194,6 +194,21 @@ fn unwatch<T>(flavor: &Flavor<T>, send: bool, watching: &mut Option<u64>) {
 /// partner that only runs once it registers); one does not, and wins the multi-thread stream.
 const YIELDS: u8 = 1;
 
+/// A future's `yields` once a yield did not help (its task registered after it): its
+/// completion says nothing of yields.
+const MISSED: u8 = YIELDS + 1;
+
+/// An operation completed: if it had yielded and not registered since, the yield helped
+/// (`Observers::yield_helped`).
+#[inline(always)]
+fn completed<T>(flavor: &Flavor<T>, send: bool, yields: u8) {
+    if yields != 0 && yields != MISSED {
+        if let Some(list) = flavor.task_list(send) {
+            list.yield_helped();
+        }
+    }
+}
+
 /// Watches the operation for the task: registers it (an entry with its waker, then the side's
 /// flag), or, if its entry still stands with the same waker, sets the flag again; wakes it at
 /// once if the operation is ready already.
@@ -205,11 +220,14 @@ const YIELDS: u8 = 1;
 /// the other side runs on another CPU and is about to proceed (the next item of a stream), it
 /// usually has by the next poll (lab `rings`, section `async-stream-mt`; figures in
 /// `docs/results.md`). A yield is not a spin: a task that still finds nothing registers at its
-/// next poll, and the side's next waits register at once (`Observers::should_yield`), so that
-/// a partner slower than the executor's round trip (a ping-pong across two workers, section
-/// `async-pingpong-mt`, where a yield on every wait was slower) costs a yield only now and
-/// then.
-#[cold]
+/// next poll, and the side's next waits register at once (`Observers::should_yield`), more of
+/// them after each such miss and fewer after each yield that helped
+/// (`Observers::yield_window`), so that a partner that never answers within the executor's
+/// round trip costs a yield only once in 64 waits: a ping-pong across two workers (section
+/// `async-pingpong-mt`, where a yield on every wait was slower), and the echo task of a
+/// current-thread ping-pong, whose partner is the `block_on` future, which the executor polls
+/// only once its run queue is empty (section `async-pingpong-ct`; a fixed skip of seven waits
+/// cost it a wasted poll every eighth round trip).
 #[inline(never)]
 fn watch<T>(
     flavor: &Flavor<T>,
@@ -222,7 +240,8 @@ fn watch<T>(
         if let Some(list) = flavor.task_list(send) {
             if *yields == YIELDS {
                 list.yield_missed();
-            } else if list.should_yield() {
+                *yields = MISSED;
+            } else if *yields < YIELDS && list.should_yield() {
                 *yields += 1;
                 cx.waker().wake_by_ref();
                 return;
@@ -249,6 +268,7 @@ fn poll_recv<T>(
     if let Flavor::Array(c) = flavor {
         match c.try_recv() {
             Ok(v) => {
+                completed(flavor, false, *yields);
                 unwatch(flavor, false, watching);
                 return Poll::Ready(Ok(v));
             }
@@ -266,7 +286,10 @@ fn poll_recv<T>(
         unwatch(flavor, false, watching);
     }
     match claimed {
-        Attempt::Claimed => Poll::Ready(complete_recv(flavor, &mut token)),
+        Attempt::Claimed => {
+            completed(flavor, false, *yields);
+            Poll::Ready(complete_recv(flavor, &mut token))
+        }
         Attempt::InFlight => {
             cx.waker().wake_by_ref();
             Poll::Pending
@@ -288,7 +311,10 @@ impl<T> Future for RecvFut<'_, T> {
         let this = &mut *self;
         if let (Flavor::Array(c), None) = (&this.rx.flavor, this.watching) {
             match c.try_recv() {
-                Ok(v) => return Poll::Ready(Ok(v)),
+                Ok(v) => {
+                    completed(&this.rx.flavor, false, this.yields);
+                    return Poll::Ready(Ok(v));
+                }
                 Err(Blocked::Settled(())) => {
                     watch(
                         &this.rx.flavor,
@@ -307,8 +333,20 @@ impl<T> Future for RecvFut<'_, T> {
 }
 
 impl<T> Drop for RecvFut<'_, T> {
+    /// A receive that completed at once (the common case) has nothing to withdraw: a check
+    /// of one word, inlined.
     #[inline]
     fn drop(&mut self) {
+        if self.watching.is_some() {
+            self.withdraw();
+        }
+    }
+}
+
+impl<T> RecvFut<'_, T> {
+    #[cold]
+    #[inline(never)]
+    fn withdraw(&mut self) {
         unwatch(&self.rx.flavor, false, &mut self.watching);
     }
 }
@@ -323,7 +361,10 @@ impl<T> Future for SendFut<'_, T> {
         if let (Flavor::Array(c), None) = (&self.tx.flavor, self.watching) {
             if let Some(value) = self.value.take() {
                 match c.try_send(value) {
-                    Ok(()) => return Poll::Ready(Ok(())),
+                    Ok(()) => {
+                        completed(&self.tx.flavor, true, self.yields);
+                        return Poll::Ready(Ok(()));
+                    }
                     Err(Blocked::Settled(v)) => {
                         let this = &mut *self;
                         this.value = Some(v);
@@ -362,6 +403,7 @@ impl<T> SendFut<'_, T> {
                 .expect("an async send polled after it completed");
             match c.try_send(value) {
                 Ok(()) => {
+                    completed(flavor, true, this.yields);
                     unwatch(flavor, true, &mut this.watching);
                     return Poll::Ready(Ok(()));
                 }
@@ -381,6 +423,7 @@ impl<T> SendFut<'_, T> {
         }
         match claimed {
             Attempt::Claimed => {
+                completed(flavor, true, this.yields);
                 let value = this
                     .value
                     .take()

@@ -900,6 +900,7 @@ impl<T> Flavor<T> {
     }
 
     /// Withdraws a task's entry (nothing if a notification took it).
+    #[inline]
     pub(crate) fn unwatch_task(&self, send: bool, key: u64) {
         if let Some(l) = self.task_list(send) {
             l.remove_task(key);

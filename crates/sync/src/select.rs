@@ -258,10 +258,11 @@ impl Ctx {
 /// side's flag again), which is what a woken select does with the flag. Two locked sections
 /// per wait (register, notify) and none at completion, where a context cost five (its waker
 /// slot's lock to set, clone and clear the waker, the list's to add, remove and notify).
-/// Waits that register without yielding after a yield that did not help (see
-/// `Observers::yield_skips`): a ping-pong with a partner on another CPU, whose reply takes
-/// longer than an executor's round trip, yields on one wait in eight.
-const YIELD_SKIPS: u32 = 7;
+/// The most waits that register without yielding after yields that did not help (see
+/// `Observers::yield_window`): a partner that never answers within an executor's round trip
+/// (the current-thread ping-pong's echo task, whose partner is the `block_on` future, polled
+/// only once the run queue is empty; a ping-pong across two workers) yields on one wait in 64.
+const YIELD_WINDOW_MAX: u32 = 63;
 
 pub(crate) struct Observers {
     /// Contexts on `list` plus entries in `tasks`.
@@ -275,10 +276,15 @@ pub(crate) struct Observers {
     tasks: UnsafeCell<Tasks>,
     /// Keys below this were taken by a notification (stored under the lock).
     taken_below: AtomicU64,
-    /// Waits of async tasks left to register at once, without yielding first: set after a
-    /// yield that did not help (`futures.rs`, `watch`). A hint: `Relaxed`, races only make
-    /// a task yield once more or once less.
+    /// Waits of async tasks left to register at once, without yielding first: set to
+    /// `yield_window` after a yield that did not help (`futures.rs`, `watch`). Both are
+    /// hints: `Relaxed`, races only make a task yield once more or once less.
     yield_skips: AtomicU32,
+    /// How many waits a missed yield skips: doubled (plus one) by each miss up to
+    /// [`YIELD_WINDOW_MAX`], halved by each yield after which the operation proceeded. A side
+    /// whose yields usually help (a stream across two CPUs) keeps it near zero; one whose
+    /// yields never help (a ping-pong's reply) soon yields once in 64 waits.
+    yield_window: AtomicU32,
 }
 
 /// The task entries of an [`Observers`], under its lock.
@@ -306,11 +312,13 @@ impl Observers {
             }),
             taken_below: AtomicU64::new(0),
             yield_skips: AtomicU32::new(0),
+            yield_window: AtomicU32::new(0),
         }
     }
 
     /// Whether an async task that cannot proceed should yield before registering: not for
     /// the next few waits after a yield that did not help.
+    #[inline]
     pub(crate) fn should_yield(&self) -> bool {
         match self.yield_skips.load(Relaxed) {
             0 => true,
@@ -321,9 +329,22 @@ impl Observers {
         }
     }
 
-    /// A task yielded and still cannot proceed: the next waits register at once.
+    /// A task yielded and still cannot proceed: the next waits register at once, more of them
+    /// after each miss.
+    #[inline]
     pub(crate) fn yield_missed(&self) {
-        self.yield_skips.store(YIELD_SKIPS, Relaxed);
+        let window = (self.yield_window.load(Relaxed) * 2 + 1).min(YIELD_WINDOW_MAX);
+        self.yield_window.store(window, Relaxed);
+        self.yield_skips.store(window, Relaxed);
+    }
+
+    /// A task yielded and then proceeded: a later miss skips fewer waits.
+    #[inline]
+    pub(crate) fn yield_helped(&self) {
+        let window = self.yield_window.load(Relaxed);
+        if window != 0 {
+            self.yield_window.store(window / 2, Relaxed);
+        }
     }
 
     /// `count += n`, under the lock: a load and a store, not a `lock`ed instruction. Enough
@@ -384,11 +405,18 @@ impl Observers {
         }
     }
 
-    /// Withdraws the entry `key`, unless a notification took it already (one load then).
+    /// Withdraws the entry `key`, unless a notification took it already (one load then, in
+    /// the caller).
+    #[inline]
     pub(crate) fn remove_task(&self, key: u64) {
-        if key < self.taken_below.load(Acquire) {
-            return;
+        if key >= self.taken_below.load(Acquire) {
+            self.remove_standing_task(key);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn remove_standing_task(&self, key: u64) {
         let gone = self.with_tasks(|t| {
             let i = t.entries.iter().position(|e| e.0 == key)?;
             self.count_sub(1);
@@ -1347,6 +1375,45 @@ macro_rules! __spindle_select {
     (@dispatch $oper:ident []) => {
         ::core::unreachable!("select! chose an operation it did not add")
     };
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::{Observers, YIELD_WINDOW_MAX};
+
+    /// How many waits in a row register before the next one yields.
+    fn skipped(o: &Observers) -> u32 {
+        let mut n = 0;
+        while !o.should_yield() {
+            n += 1;
+            assert!(
+                n <= YIELD_WINDOW_MAX,
+                "a wait yields at least once per window"
+            );
+        }
+        n
+    }
+
+    /// Misses double the window (plus one) up to its cap; each yield that helped halves it.
+    #[test]
+    fn the_yield_window_grows_with_misses_and_shrinks_with_hits() {
+        let o = Observers::new();
+        assert_eq!(skipped(&o), 0, "a new side yields at its first wait");
+        let mut windows = Vec::new();
+        for _ in 0..8 {
+            o.yield_missed();
+            windows.push(skipped(&o));
+        }
+        assert_eq!(windows, [1, 3, 7, 15, 31, 63, 63, 63]);
+        o.yield_helped();
+        o.yield_missed();
+        assert_eq!(skipped(&o), 63, "31 · 2 + 1 after one hit");
+        for _ in 0..7 {
+            o.yield_helped();
+        }
+        o.yield_missed();
+        assert_eq!(skipped(&o), 1, "hits bring the window back to zero");
+    }
 }
 
 #[cfg(all(test, loom))]
