@@ -278,7 +278,8 @@ pub(crate) struct Observers {
     taken_below: AtomicU64,
     /// Waits of async tasks left to register at once, without yielding first: set to
     /// `yield_window` after a yield that did not help (`futures.rs`, `watch`). Both are
-    /// hints: `Relaxed`, races only make a task yield once more or once less.
+    /// hints, `Relaxed`: a race can lose a count or a doubling or halving of the window, which
+    /// only makes tasks yield somewhat more or less often, never changes what they do after.
     yield_skips: AtomicU32,
     /// How many waits a missed yield skips: doubled (plus one) by each miss up to
     /// [`YIELD_WINDOW_MAX`], halved by each yield after which the operation proceeded. A side
@@ -317,7 +318,8 @@ impl Observers {
     }
 
     /// Whether an async task that cannot proceed should yield before registering: not for
-    /// the next few waits after a yield that did not help.
+    /// the next `yield_window` waits (up to [`YIELD_WINDOW_MAX`]) after a yield that did not
+    /// help.
     #[inline]
     pub(crate) fn should_yield(&self) -> bool {
         match self.yield_skips.load(Relaxed) {
@@ -1406,8 +1408,9 @@ mod tests {
         }
         assert_eq!(windows, [1, 3, 7, 15, 31, 63, 63, 63]);
         o.yield_helped();
+        o.yield_helped();
         o.yield_missed();
-        assert_eq!(skipped(&o), 63, "31 · 2 + 1 after one hit");
+        assert_eq!(skipped(&o), 31, "two hits halve 63 twice: 15 · 2 + 1");
         for _ in 0..7 {
             o.yield_helped();
         }

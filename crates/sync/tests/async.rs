@@ -299,6 +299,61 @@ fn the_receiver_is_a_stream() {
 
 /// Async and sync senders and receivers on one channel of each flavour, across threads each
 /// running its own executor with several tasks: every value arrives exactly once.
+/// A wait that cannot proceed yields once (its task is woken at once, before anything is
+/// sent) and registers when polled again; after that miss, the side's next wait registers at
+/// once, and the one after yields again (the window of `Observers`: one wait after a first
+/// miss). Nothing wakes a registered task but the send.
+#[test]
+fn a_wait_yields_once_then_registers_and_a_miss_skips_the_next_yield() {
+    let (tx, rx) = mpmc::channel::<u32>(1);
+    let count = Arc::new(ThreadWaker {
+        thread: std::thread::current(),
+        woken: AtomicU64::new(0),
+    });
+    let waker = Waker::from(count.clone());
+    let mut cx = Context::from_waker(&waker);
+    let woken = || count.woken.load(SeqCst);
+
+    let mut first = pin!(rx.recv_async());
+    assert!(first.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(
+        woken(),
+        1,
+        "the first wait yields: its task is woken at once"
+    );
+    assert!(first.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(woken(), 1, "polled again, it registers and is not woken");
+    tx.send(1).unwrap();
+    assert_eq!(woken(), 2, "the send wakes the registered task");
+    assert_eq!(first.as_mut().poll(&mut cx), Poll::Ready(Ok(1)));
+
+    let mut second = pin!(rx.recv_async());
+    assert!(second.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(
+        woken(),
+        2,
+        "after a missed yield the next wait registers at once"
+    );
+    tx.send(2).unwrap();
+    assert_eq!(woken(), 3);
+    assert_eq!(second.as_mut().poll(&mut cx), Poll::Ready(Ok(2)));
+
+    let mut third = pin!(rx.recv_async());
+    assert!(third.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(
+        woken(),
+        4,
+        "the window was one wait: the next one yields again"
+    );
+    tx.send(3).unwrap();
+    assert_eq!(third.as_mut().poll(&mut cx), Poll::Ready(Ok(3)));
+    assert_eq!(
+        woken(),
+        4,
+        "a yield that helped leaves nothing registered to wake"
+    );
+}
+
 #[test]
 fn async_stress_each_value_once() {
     common::heartbeat();
