@@ -247,6 +247,12 @@ impl Ctx {
     }
 }
 
+/// The most waits that register without yielding after yields that did not help (see
+/// `Observers::yield_window`): a partner that never answers within an executor's round trip
+/// (the current-thread ping-pong's echo task, whose partner is the `block_on` future, polled
+/// only once the run queue is empty; a ping-pong across two workers) yields on one wait in 64.
+const YIELD_WINDOW_MAX: u32 = 63;
+
 /// The selects and async operations waiting on one side of a channel. Empty (one load) unless
 /// one waits; it is read only by an operation that found the side's waiting flag.
 ///
@@ -258,12 +264,6 @@ impl Ctx {
 /// side's flag again), which is what a woken select does with the flag. Two locked sections
 /// per wait (register, notify) and none at completion, where a context cost five (its waker
 /// slot's lock to set, clone and clear the waker, the list's to add, remove and notify).
-/// The most waits that register without yielding after yields that did not help (see
-/// `Observers::yield_window`): a partner that never answers within an executor's round trip
-/// (the current-thread ping-pong's echo task, whose partner is the `block_on` future, polled
-/// only once the run queue is empty; a ping-pong across two workers) yields on one wait in 64.
-const YIELD_WINDOW_MAX: u32 = 63;
-
 pub(crate) struct Observers {
     /// Contexts on `list` plus entries in `tasks`.
     count: AtomicUsize,
