@@ -248,11 +248,15 @@ fn watch<T>(
             }
         }
     }
-    match *watching {
-        Some(key) if flavor.renew_task(send, key, cx.waker()) => flavor.rearm(send),
-        _ => *watching = flavor.watch_task(send, cx.waker()),
-    }
-    if flavor.is_ready(send, None) {
+    let ready = match *watching {
+        Some(key) if flavor.renew_task(send, key, cx.waker()) => flavor.rearm_ready(send),
+        _ => {
+            let (key, ready) = flavor.watch_task(send, cx.waker());
+            *watching = key;
+            ready
+        }
+    };
+    if ready {
         cx.waker().wake_by_ref();
     }
 }

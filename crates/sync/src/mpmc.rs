@@ -323,11 +323,12 @@ impl Index {
         self.recent.store(w, Relaxed);
     }
 
-    /// Sets `flag` in the word (`SeqCst`), and notes the result.
+    /// Sets `flag` in the word (`SeqCst`), and notes the result; returns the word as it was.
     #[inline]
-    fn set_flag(&self, flag: u64) {
+    fn set_flag(&self, flag: u64) -> u64 {
         let old = self.word.fetch_or(flag, SeqCst);
         self.note(old | flag);
+        old
     }
 }
 
@@ -384,6 +385,29 @@ impl Blocked<()> {
 impl<T> Chan<T> {
     fn capacity(&self) -> usize {
         self.slots.len()
+    }
+
+    /// Sets `RECEIVERS_WAIT` (a receiver about to wait) and says whether a receive could
+    /// proceed now: `tail` as the flag's `fetch_or` read it against `head` loaded after it
+    /// (what [`Flavor::is_ready`] computes with a length, from the same two words, without the
+    /// second read of `tail` that a consistent length needs). A send whose claim comes after
+    /// the `fetch_or` in `tail`'s modification order finds the flag and notifies; one that
+    /// came before is in the value read. A receiver taking that item meanwhile makes the answer
+    /// a spurious "ready", which only costs the caller a poll.
+    #[inline]
+    fn arm_recv_ready(&self) -> bool {
+        let tail = self.tail.set_flag(RECEIVERS_WAIT);
+        let head = self.head.load(SeqCst);
+        tail & DISCONNECTED != 0 || tail >> SHIFT != head >> SHIFT
+    }
+
+    /// The same for a sender: sets `SENDERS_WAIT` in `head`; ready unless `tail`, loaded after,
+    /// is a lap ahead of the `head` the `fetch_or` read (full), or shows the disconnection.
+    #[inline]
+    fn arm_send_ready(&self) -> bool {
+        let head = self.head.set_flag(SENDERS_WAIT) >> SHIFT;
+        let tail = self.tail.load(SeqCst);
+        tail & DISCONNECTED != 0 || head.wrapping_add(self.one_lap) & INDEX_MASK != tail >> SHIFT
     }
 
     /// The index after `idx`.
@@ -886,11 +910,31 @@ impl<T> Flavor<T> {
     }
 
     /// Registers a task waiting for operation `send`: its entry on the side's list, then the
-    /// side's flag (as a select's `watch`). The entry's key, if it needs one.
-    pub(crate) fn watch_task(&self, send: bool, waker: &std::task::Waker) -> Option<u64> {
-        let key = self.task_list(send)?.add_task(waker);
-        self.rearm(send);
-        Some(key)
+    /// side's flag (as a select's `watch`). The entry's key, if it needs one, and whether the
+    /// operation could proceed once the flag was set (see [`Self::rearm_ready`]).
+    #[inline]
+    pub(crate) fn watch_task(&self, send: bool, waker: &std::task::Waker) -> (Option<u64>, bool) {
+        match self.task_list(send) {
+            Some(list) => {
+                let key = list.add_task(waker);
+                (Some(key), self.rearm_ready(send))
+            }
+            None => (None, self.is_ready(send, None)),
+        }
+    }
+
+    /// [`Self::rearm`], then whether the operation could proceed ([`Handle::is_ready`]): for a
+    /// bounded channel, from the flag's `fetch_or` and one load of the other index.
+    #[inline]
+    pub(crate) fn rearm_ready(&self, send: bool) -> bool {
+        match (self, send) {
+            (Flavor::Array(c), true) => c.arm_send_ready(),
+            (Flavor::Array(c), false) => c.arm_recv_ready(),
+            _ => {
+                self.rearm(send);
+                self.is_ready(send, None)
+            }
+        }
     }
 
     /// A registered task polled again: true if its entry stands (see `Observers::renew_task`).
@@ -1812,6 +1856,37 @@ mod loom_models {
             early.join().unwrap();
             late.join().unwrap();
             drop(rx);
+        });
+    }
+
+    /// An async receive that finds the channel empty registers (its task entry, then the flag
+    /// with `arm_recv_ready`'s look at the indices) while another thread sends: whichever comes
+    /// first, the receive is woken and gets the value (a lost wake-up is a deadlock of
+    /// `block_on`, which loom reports).
+    #[test]
+    fn mpmc_async_recv_meets_a_send() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.check(|| {
+            let (tx, rx) = channel::<u32>(1);
+            let sender = thread::spawn(move || tx.send(7).unwrap());
+            assert_eq!(loom::future::block_on(rx.recv_async()), Ok(7));
+            sender.join().unwrap();
+        });
+    }
+
+    /// The same for an async send into a full channel (`arm_send_ready`) while another thread
+    /// takes the value in it, then the one sent.
+    #[test]
+    fn mpmc_async_send_meets_a_recv() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.check(|| {
+            let (tx, rx) = channel::<u32>(1);
+            tx.send(1).unwrap();
+            let receiver = thread::spawn(move || rx.recv().unwrap() * 10 + rx.recv().unwrap());
+            assert_eq!(loom::future::block_on(tx.send_async(2)), Ok(()));
+            assert_eq!(receiver.join().unwrap(), 12);
         });
     }
 
