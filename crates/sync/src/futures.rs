@@ -307,16 +307,20 @@ fn poll_recv<T>(
 
 impl<T> Future for RecvFut<'_, T> {
     type Output = Result<T, RecvError>;
-    /// A value in a bounded channel, for a future not yet watching: the channel's own receive,
-    /// inlined into the caller; an empty channel, straight to watching (no second try); the
-    /// rest out of line.
+    /// A value in a bounded channel: the channel's own receive, inlined into the caller (for
+    /// a task woken by a notification too, whose entry the notification took: one load says
+    /// so, out of line); an empty channel, straight to watching (no second try); the rest out
+    /// of line.
     #[inline(always)]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        if let (Flavor::Array(c), None) = (&this.rx.flavor, this.watching) {
+        if let Flavor::Array(c) = &this.rx.flavor {
             match c.try_recv() {
                 Ok(v) => {
                     completed(&this.rx.flavor, false, this.yields);
+                    if this.watching.is_some() {
+                        this.withdraw();
+                    }
                     return Poll::Ready(Ok(v));
                 }
                 Err(Blocked::Settled(())) => {
