@@ -82,9 +82,7 @@ pub fn record(out: &Path, library_path: Option<&Path>, command: &[OsString]) -> 
         .unwrap_or(0);
     let _ = std::fs::remove_dir_all(&dir);
     if others > 0 && result.is_ok() {
-        eprintln!(
-            "note: the command started {others} more processes; only its own calls were kept"
-        );
+        errln!("note: the command started {others} more processes; only its own calls were kept");
     }
     result
 }
@@ -101,7 +99,7 @@ fn convert(raw: &Path, out: &Path, status: std::process::ExitStatus) -> CliResul
     let encoded = trace.encode();
     std::fs::write(out, &encoded)
         .map_err(|e| CliError::Execution(format!("{}: {e}", out.display())))?;
-    eprintln!(
+    errln!(
         "recorded {} calls ({} blocks live at most, {dropped} calls dropped) into {} ({} bytes){}",
         trace.events.len(),
         trace.ids,
@@ -137,11 +135,11 @@ pub fn replay(path: &Path, allocators: &[String], threads: usize, json: bool) ->
     let mut rows = Vec::new();
     for who in whos {
         if !json {
-            eprint!("{} … ", who.id());
+            err!("{} … ", who.id());
         }
         let m = replay_cli(&trace, who, threads).map_err(CliError::Execution)?;
         if !json {
-            eprintln!("done");
+            errln!("done");
         }
         rows.push((who, m));
     }

@@ -223,7 +223,7 @@ pub fn run(args: CompareArgs) -> CliResult<u8> {
             let run = cmd.run(None)?;
             if interrupt::requested() {
                 progress.finish_and_clear();
-                eprintln!("spindle: interrupted during the warm-up; nothing measured");
+                errln!("spindle: interrupted during the warm-up; nothing measured");
                 return Ok(interrupt::INTERRUPTED);
             }
             check(cmd, run)?;
@@ -284,7 +284,7 @@ pub fn run(args: CompareArgs) -> CliResult<u8> {
         return match error {
             Some(e) => Err(e),
             None if stop == Stop::Interrupted => {
-                eprintln!("spindle: interrupted before the first pair completed; nothing measured");
+                errln!("spindle: interrupted before the first pair completed; nothing measured");
                 Ok(interrupt::INTERRUPTED)
             }
             None => Err(CliError::Execution("no pair of runs completed".into())),
@@ -558,7 +558,7 @@ fn print_ratio_line(
     band: [f64; 2],
     tolerance: f64,
 ) {
-    println!(
+    outln!(
         "  {what}: {:.3}, {} confidence interval [{}, {}]; no-difference band [{:.3}, {:.3}] (tolerance {})",
         estimate,
         format_percent(level),
@@ -571,7 +571,7 @@ fn print_ratio_line(
 }
 
 fn print_eps_line(eps: f64) {
-    println!(
+    outln!(
         "  probability of a wrong verdict: at most {} (of a wrong \"A slower\": at most {})",
         format_probability(eps),
         format_probability(eps / 2.0)
@@ -579,7 +579,7 @@ fn print_eps_line(eps: f64) {
 }
 
 fn print_report(r: &CompareReport) {
-    println!("{}: {}.", headline(r.verdict, r.interrupted), r.reason);
+    outln!("{}: {}.", headline(r.verdict, r.interrupted), r.reason);
     if let Some(ratio) = r.median_ratio {
         print_ratio_line(
             "median time ratio A/B",
@@ -599,7 +599,7 @@ fn print_report(r: &CompareReport) {
         ),
         _ => String::new(),
     };
-    println!(
+    outln!(
         "  {} in {}{p}",
         count(r.pairs, "pair", "pairs"),
         format_seconds(r.wall_s)
@@ -615,7 +615,7 @@ fn print_report(r: &CompareReport) {
             }
             _ => String::new(),
         };
-        println!(
+        outln!(
             "  {name}: {}{times}  ({})",
             s.command,
             count(s.samples, "sample", "samples")
@@ -625,7 +625,7 @@ fn print_report(r: &CompareReport) {
 }
 
 fn print_samples_report(r: &SamplesReport) {
-    println!("{}: {}.", headline(r.verdict, false), r.reason);
+    outln!("{}: {}.", headline(r.verdict, false), r.reason);
     let (what, value): (&str, fn(f64) -> String) = match r.unit {
         Some(_) => ("ratio of the median times A/B", format_seconds),
         None => ("ratio of the medians A/B", format_value),
@@ -638,12 +638,12 @@ fn print_samples_report(r: &SamplesReport) {
         r.band,
         r.tolerance,
     );
-    println!(
+    outln!(
         "  unpaired samples: the verdict is about median(A) / median(B), each median with a confidence interval at eps/2"
     );
     let bound = |x: Option<f64>| x.map(value).unwrap_or_else(|| "?".into());
     for (name, s) in [("A", &r.a), ("B", &r.b)] {
-        println!(
+        outln!(
             "  {name}: {} ({})  median {} [{}, {}]  min {}  ({})",
             s.file,
             s.source,

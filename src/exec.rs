@@ -1,6 +1,7 @@
 //! Running a user's command (no shell), timing it, and killing it at a timeout.
 
 use std::ffi::{OsStr, OsString};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -81,12 +82,15 @@ impl CommandLine {
                 Stdio::null()
             }
         };
+        // A process group of its own, so that a timeout kills all it started (see `run`).
         Command::new(&self.program)
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(output())
             .stderr(output())
+            .process_group(0)
             .spawn()
+            .inspect(|child| crate::interrupt::set_child_group(child.id() as i32))
             .map_err(|e| {
                 let program = quote(&self.program);
                 let why = match e.kind() {
@@ -116,7 +120,9 @@ impl CommandLine {
         let start = Instant::now();
         let mut child = self.spawn()?;
         let Some(timeout) = timeout else {
-            let status = wait(&mut child, &self.program)?;
+            let status = wait(&mut child, &self.program);
+            crate::interrupt::set_child_group(0);
+            let status = status?;
             return Ok(Run {
                 end: end_of(status),
                 elapsed: start.elapsed(),
@@ -132,7 +138,9 @@ impl CommandLine {
             let status = child.wait();
             let _ = tx.send((status, start.elapsed()));
         });
-        match rx.recv_timeout(timeout) {
+        let end = rx.recv_timeout(timeout);
+        crate::interrupt::set_child_group(0);
+        match end {
             Ok((status, elapsed)) => {
                 let _ = waiter.join();
                 let status = status.map_err(|e| reap_error(&self.program, e))?;
@@ -147,6 +155,14 @@ impl CommandLine {
                     (Some(fd), _) => drop(rustix::process::pidfd_send_signal(fd, Signal::KILL)),
                     (None, Some(pid)) => drop(rustix::process::kill_process(pid, Signal::KILL)),
                     (None, None) => {}
+                }
+                // ... and everything it started (the children of an `sh -c`), which would
+                // otherwise outlive the run: its process group, which it leads. The group's
+                // id cannot name another group while any of its processes lives, and once
+                // none does the kill finds nothing (pids are handed out in turn, not at once
+                // again).
+                if let Some(pid) = pid {
+                    let _ = rustix::process::kill_process_group(pid, Signal::KILL);
                 }
                 let _ = rx.recv();
                 let _ = waiter.join();

@@ -117,16 +117,16 @@ pub fn run(args: LabCli) -> CliResult<u8> {
     if args.json {
         crate::output::print_json(report);
     } else {
-        print!("{}", terminal::render(report));
+        out!("{}", terminal::render(report));
         if let Some(html) = outcome
             .files
             .iter()
             .find(|p| p.extension().is_some_and(|e| e == "html"))
         {
-            println!("report: {}", html.display());
+            outln!("report: {}", html.display());
         }
         if let Some(kept) = &outcome.kept_previous {
-            println!(
+            outln!(
                 "the complete report of an earlier run is still in {} (this run did not complete)",
                 kept.display()
             );
@@ -138,7 +138,7 @@ pub fn run(args: LabCli) -> CliResult<u8> {
         )));
     }
     if interrupt::requested() {
-        eprintln!("spindle: interrupted; the figures measured so far are in the report");
+        errln!("spindle: interrupted; the figures measured so far are in the report");
         return Ok(interrupt::INTERRUPTED);
     }
     if !report.failures.is_empty() {
@@ -154,7 +154,7 @@ pub fn run(args: LabCli) -> CliResult<u8> {
         )));
     }
     if args.strict && report.violated_guarantees() > 0 {
-        eprintln!(
+        errln!(
             "spindle: --strict: {} guarantee(s) violated",
             report.violated_guarantees()
         );
@@ -190,20 +190,20 @@ fn list(json: bool) -> CliResult<u8> {
         }));
         return Ok(exit::HOLDS);
     }
-    println!("Experiments (run them all with `spindle lab`, or name some):");
+    outln!("Experiments (run them all with `spindle lab`, or name some):");
     for e in catalogue {
-        println!("  {:<11} {} — {}", e.name, e.title, e.summary);
+        outln!("  {:<11} {} — {}", e.name, e.title, e.summary);
         for r in e.references {
-            println!("  {:<11} reference: {}", "", r.cite());
+            outln!("  {:<11} reference: {}", "", r.cite());
         }
     }
     if !spindle_lab::experiments::PLANNED.is_empty() {
-        println!("\nPlanned, not built yet:");
+        outln!("\nPlanned, not built yet:");
         for (name, what) in spindle_lab::experiments::PLANNED {
-            println!("  {name:<11} {what}");
+            outln!("  {name:<11} {what}");
         }
     }
-    println!(
+    outln!(
         "\nThe quick profile runs them all in at most {:.0} s, the full profile in at most {:.0} s.",
         spindle_lab::time_bound(Profile::Quick).as_secs_f64(),
         spindle_lab::time_bound(Profile::Full).as_secs_f64()
@@ -223,7 +223,7 @@ fn flips(files: &[PathBuf], json: bool) -> CliResult<u8> {
         crate::output::print_json(&s);
     } else {
         for (i, ((secs, budget), [h, v, u])) in s.seconds.iter().zip(&s.guarantees).enumerate() {
-            println!(
+            outln!(
                 "run {}: {} — {secs:.0} s{}; guarantees {h} hold, {v} violated, {u} undecided",
                 i + 1,
                 files[i].display(),
@@ -243,15 +243,15 @@ fn flips(files: &[PathBuf], json: bool) -> CliResult<u8> {
                     None => "not tested".into(),
                 })
                 .collect();
-            println!("  {}/{}: {}", c.experiment, c.claim, runs.join(" / "));
+            outln!("  {}/{}: {}", c.experiment, c.claim, runs.join(" / "));
         };
-        println!(
+        outln!(
             "flipped between holds and violated: {} ({} guarantees)",
             s.flipped.len(),
             s.flipped_guarantees()
         );
         s.flipped.iter().for_each(show);
-        println!(
+        outln!(
             "undecided although the median lay ≥ {:.0}% from the bound: {}",
             stability::FAR * 100.0,
             s.undecided_far.len()
@@ -271,7 +271,7 @@ fn render_markdown(files: &[PathBuf]) -> CliResult<u8> {
         .map(|p| spindle_lab::read_report(p).map(|r| (p.display().to_string(), r)))
         .collect::<Result<Vec<_>, _>>()
         .map_err(CliError::Usage)?;
-    print!("{}", markdown::render(&reports));
+    out!("{}", markdown::render(&reports));
     Ok(exit::HOLDS)
 }
 
@@ -318,8 +318,8 @@ struct Lines {
 }
 impl Progress for Lines {
     fn lab_started(&self, budget: Duration, first: &[(&'static str, Duration)]) {
-        eprintln!("{}", self.banner.line(budget, first));
-        eprintln!(
+        errln!("{}", self.banner.line(budget, first));
+        errln!(
             "lab: {}",
             first.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
         );
@@ -332,16 +332,16 @@ impl Progress for Lines {
         phase: &str,
         _lab_elapsed: Duration,
     ) {
-        eprintln!("{}: {}", info.name, visit_words(phase, slice));
+        errln!("{}: {}", info.name, visit_words(phase, slice));
     }
     fn claim_decided(&self, experiment: &str, claim: &ClaimResult) {
-        eprintln!("{experiment}: {}", terminal::claim_line(claim));
+        errln!("{experiment}: {}", terminal::claim_line(claim));
     }
     fn experiment_finished(&self, result: &ExperimentResult) {
-        eprintln!("{}", terminal::experiment_line(result));
+        errln!("{}", terminal::experiment_line(result));
     }
     fn experiment_failed(&self, name: &str, error: &str) {
-        eprintln!("{name}: FAILED — {error}");
+        errln!("{name}: FAILED — {error}");
     }
     fn stop_requested(&self) -> bool {
         interrupt::requested()

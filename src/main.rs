@@ -1,13 +1,14 @@
 //! `spindle`: the command line. Parses arguments, calls the crates, prints, exits with a code
 //! that scripts can branch on (see `exit.rs` and the README).
 
+#[macro_use]
+mod output;
 mod alloc_cmd;
 mod compare;
 mod exec;
 mod exit;
 mod interrupt;
 mod lab;
-mod output;
 mod recorder;
 mod samples;
 mod slo;
@@ -35,7 +36,7 @@ Exit codes:
   2    undecided, within the tolerance (compare), continue (stats csm)
   3    usage error (bad flag, value or file)
   4    execution error (a command could not run, a file could not be written)
-  130  interrupted by Ctrl-C (compare, lab)";
+  130  interrupted by Ctrl-C (compare, slo, lab)";
 
 const SLO_HELP: &str = "\
 A run succeeds when the command exits 0 (and, with --under, finishes within DURATION). The test \
@@ -50,8 +51,11 @@ Examples:
   spindle slo -- true                               holds after 2210 runs
   spindle slo --rate 0.9 --under 50ms -- ./client   p90 latency under 50 ms?
 
+Ctrl-C stops after the run in flight (which it reaches too, and which does not count) and prints \
+what was measured, undecided; the exit code is then 130. A second Ctrl-C exits at once.
+
 Exit codes: 0 holds, 1 violated, 2 undecided (--max-runs or --max-time reached), 3 usage error, \
-4 the command could not run.";
+4 the command could not run, 130 interrupted.";
 
 const COMPARE_HELP: &str = "\
 Each pair runs A and B back to back in random order; r = time(A) / time(B). The verdict is about \
@@ -395,7 +399,7 @@ struct SloCli {
     /// Give up (exit 2) after this many runs.
     #[arg(long, default_value_t = 100_000, value_parser = positive_count_parser)]
     max_runs: u64,
-    /// Kill a run after this long (it counts as a failure).
+    /// Kill a run after this long, with everything it started (it counts as a failure).
     #[arg(long, value_name = "DURATION", value_parser = units::parse_positive_duration, allow_hyphen_values = true)]
     timeout: Option<Duration>,
     /// Give up (exit 2) rather than start a run that would end after this much wall-clock time.
@@ -735,9 +739,11 @@ fn main() -> ExitCode {
         }
     };
     match run(cli) {
+        // A result that could not be written to standard output went to standard error.
+        Ok(_) if output::stdout_failed() => ExitCode::from(exit::EXECUTION),
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("spindle: {e}");
+            errln!("spindle: {e}");
             ExitCode::from(e.code())
         }
     }

@@ -56,12 +56,14 @@ pub fn dump(a: DumpArgs) -> CliResult<u8> {
         });
         serde_json::to_writer_pretty(&mut out, &doc).map_err(|e| io(e.into()))?;
         writeln!(out).map_err(io)?;
+        // The buffer's drop would flush too, but drops the error.
+        out.flush().map_err(io)?;
     } else {
         for r in &records {
             out.write_all(r.line.as_bytes()).map_err(io)?;
         }
         out.flush().map_err(io)?;
-        eprintln!(
+        errln!(
             "{}: process {}, {} records{}{}",
             a.file.display(),
             rec.pid(),

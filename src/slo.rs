@@ -8,6 +8,7 @@ use spindle_stats::{quantile_interval, Decision, Driver, DriverConfig, Step};
 
 use crate::exec::{CommandLine, RunEnd};
 use crate::exit::{self, CliResult};
+use crate::interrupt;
 use crate::output;
 use crate::units::{count, format_percent, format_probability, format_seconds};
 
@@ -81,8 +82,16 @@ pub fn run(args: SloArgs) -> CliResult<u8> {
     let mut stopped_by_clock = false;
     let mut longest_run = Duration::ZERO;
     let mut error = None;
+    let mut interrupted = false;
+    // Ctrl-C: stop after the run in flight (which the command's group is sent too, and which
+    // does not count) and report what was measured; a second one ends the process at once.
+    interrupt::install();
 
     loop {
+        if interrupt::requested() {
+            interrupted = true;
+            break;
+        }
         // --max-time is a bound: a run that would end past it, if it took as long as the
         // longest so far, is not started (the first always is).
         if let Some(limit) = args.max_time {
@@ -92,6 +101,11 @@ pub fn run(args: SloArgs) -> CliResult<u8> {
             }
         }
         let run = match args.command.run(args.timeout) {
+            // A run that Ctrl-C reached says nothing of the command.
+            _ if interrupt::requested() => {
+                interrupted = true;
+                break;
+            }
             Ok(run) => run,
             Err(e) => {
                 // Keep what was measured: report it, then fail with the error's code.
@@ -141,7 +155,7 @@ pub fn run(args: SloArgs) -> CliResult<u8> {
     progress.finish_and_clear();
 
     let outcome = driver.outcome();
-    let decision = if error.is_some() || stopped_by_clock {
+    let decision = if error.is_some() || stopped_by_clock || interrupted {
         Decision::Undecided
     } else {
         outcome.decision
@@ -149,6 +163,8 @@ pub fn run(args: SloArgs) -> CliResult<u8> {
     let (verdict, code) = match decision {
         Decision::Above => ("holds", exit::HOLDS),
         Decision::Below => ("violated", exit::VIOLATED),
+        // As a shell reports a command Ctrl-C ended: a CI script cannot take it for a verdict.
+        _ if interrupted => ("undecided", interrupt::INTERRUPTED),
         _ => ("undecided", exit::UNDECIDED),
     };
     let success_words = match args.under {
@@ -158,6 +174,10 @@ pub fn run(args: SloArgs) -> CliResult<u8> {
     let target = format_percent(args.rate);
     let reason = match (decision, &error) {
         (_, Some(e)) => format!("stopped early: {e}"),
+        _ if interrupted => format!(
+            "interrupted (Ctrl-C) after {}: the success rate could not yet be told apart from {target}",
+            count(outcome.n, "run", "runs")
+        ),
         (Decision::Above, _) => format!("more than {target} of runs {success_words}"),
         (Decision::Below, _) => format!("fewer than {target} of runs {success_words}"),
         _ if stopped_by_clock => format!(
@@ -221,8 +241,8 @@ fn print_report(r: &SloReport) {
         "violated" => "SLO violated",
         _ => "SLO undecided",
     };
-    println!("{headline}: {}.", r.reason);
-    println!(
+    outln!("{headline}: {}.", r.reason);
+    outln!(
         "  {}, {} (estimate {}); {} confidence interval [{}, {}]",
         count(r.runs, "run", "runs"),
         count(r.successes, "success", "successes"),
@@ -234,9 +254,12 @@ fn print_report(r: &SloReport) {
     let f = &r.failures;
     let failed = f.nonzero_exit + f.killed_by_signal + f.too_slow + f.timed_out;
     if failed > 0 {
-        println!(
+        outln!(
             "  failures: {} non-zero exit, {} killed by a signal, {} too slow, {} timed out",
-            f.nonzero_exit, f.killed_by_signal, f.too_slow, f.timed_out
+            f.nonzero_exit,
+            f.killed_by_signal,
+            f.too_slow,
+            f.timed_out
         );
     }
     if let Some(t) = &r.run_time {
@@ -244,7 +267,7 @@ fn print_report(r: &SloReport) {
             .p99_s
             .map(|p| format!(", p99 {}", format_seconds(p)))
             .unwrap_or_default();
-        println!(
+        outln!(
             "  run time: min {}, median {}{p99}, max {} (whole test {})",
             format_seconds(t.min_s),
             format_seconds(t.median_s),
@@ -252,7 +275,7 @@ fn print_report(r: &SloReport) {
             format_seconds(r.wall_s)
         );
     }
-    println!(
+    outln!(
         "  false-positive rate of this verdict: at most {}",
         format_probability(r.eps)
     );

@@ -66,25 +66,25 @@ pub fn csm_cmd(n: u64, alpha: f64, successes: u64, eps: f64, json: bool) -> CliR
             side: check.stop.then_some(side),
         });
     } else if check.stop {
-        println!(
+        outln!(
             "stop: success rate {side} {} (estimate {}, false-positive rate < {})",
             float(alpha),
             format_value(estimate),
             float(eps)
         );
         // The log level and ln(eps) keep every digit: they are the CSM post's figures.
-        println!(
+        outln!(
             "log level {} < ln(eps) = {}",
             float(check.log_level),
             float(log_eps)
         );
     } else {
-        println!(
+        outln!(
             "continue: {successes}/{n} cannot yet be told apart from {} at eps = {}",
             float(alpha),
             float(eps)
         );
-        println!(
+        outln!(
             "log level {} >= ln(eps) = {}",
             float(check.log_level),
             float(log_eps)
@@ -105,7 +105,7 @@ pub fn beta_icdf_cmd(a: u64, b: u64, alpha: f64, upper: bool, json: bool) -> Cli
         return Err(usage(format!("ALPHA = {alpha} is outside [0, 1)")));
     }
     if alpha > 0.05 && !json {
-        eprintln!("note: ALPHA above 0.05 is computed as 0.05 (a wider interval, still valid)");
+        errln!("note: ALPHA above 0.05 is computed as 0.05 (a wider interval, still valid)");
     }
     let bound = beta_bound(a, b, alpha, upper);
     if json {
@@ -127,7 +127,7 @@ pub fn beta_icdf_cmd(a: u64, b: u64, alpha: f64, upper: bool, json: bool) -> Cli
             slack: bound.slack,
         });
     } else {
-        println!("{}", float(bound.value));
+        outln!("{}", float(bound.value));
     }
     Ok(exit::HOLDS)
 }
@@ -164,10 +164,10 @@ pub fn quantile_cmd(n: u64, q: f64, eps: f64, json: bool) -> CliResult<u8> {
             r.map(|r| r.to_string())
                 .unwrap_or_else(|| "none (too few samples)".into())
         };
-        println!("ranks are 1-based positions in the sorted samples (sort -g | sed -n RANKp)");
-        println!("estimate: {}", ranks.estimate);
-        println!("lower:    {}", show(ranks.lower));
-        println!("upper:    {}", show(ranks.upper));
+        outln!("ranks are 1-based positions in the sorted samples (sort -g | sed -n RANKp)");
+        outln!("estimate: {}", ranks.estimate);
+        outln!("lower:    {}", show(ranks.lower));
+        outln!("upper:    {}", show(ranks.upper));
     }
     Ok(exit::HOLDS)
 }
@@ -318,7 +318,7 @@ pub fn stream_cmd(args: StreamArgs) -> CliResult<u8> {
             _ if decided.is_some() => "--max reached before a threshold could be rejected".into(),
             _ => "input ended before a threshold could be rejected".into(),
         };
-        println!(
+        outln!(
             "{verdict}: {why} ({} in {}; confidence interval [{}, {}], credible interval [{}, {}])",
             count(outcome.successes, "success", "successes"),
             count(outcome.n, "outcome", "outcomes"),
@@ -390,7 +390,7 @@ impl Trace {
             return;
         }
         let (lo, hi) = driver.credible_interval();
-        eprintln!(
+        errln!(
             "{n:>10} {:.3e} {lo:.3e} {hi:.3e} {:.3e}",
             driver.estimate(),
             driver.log_level() / -std::f64::consts::LN_10
@@ -501,7 +501,7 @@ pub fn power_cmd(args: PowerArgs) -> CliResult<u8> {
             max_runs_needed: report.max_inner_n,
         });
     } else {
-        println!(
+        outln!(
             "{} {} {verdict}: a {} driver decides correctly in {} of {} \
              ({} of them; confidence interval [{}, {}], credible interval [{}, {}]; target {})",
             count(args.max_runs, "run", "runs"),
@@ -516,7 +516,7 @@ pub fn power_cmd(args: PowerArgs) -> CliResult<u8> {
             format_percent(outer.credible.1),
             format_percent(args.target)
         );
-        println!(
+        outln!(
             "longest decided simulation: {} (false-positive rate of this verdict < {})",
             count(report.max_inner_n, "run", "runs"),
             format_probability(options.eps)
@@ -576,14 +576,14 @@ pub fn proportion_cmd(a: u64, b: u64, points: u64, json: bool) -> CliResult<u8> 
                 .collect(),
         });
     } else {
-        println!("x^{a} (1-x)^{b}: x, naive product, a ln x + b ln_1p(-x), normalised to max 1");
+        outln!("x^{a} (1-x)^{b}: x, naive product, a ln x + b ln_1p(-x), normalised to max 1");
         // Enough decimals to tell grid points apart (0.05, 0.333), none of the noise of i/K;
         // the other columns keep every digit, as the CSM post prints them.
         let decimals = points.to_string().len() + 2;
         for (x, naive, log, normalised) in rows {
             let x = format!("{x:.decimals$}");
             let x = x.trim_end_matches('0').trim_end_matches('.');
-            println!("{x} {} {} {}", float(naive), float(log), float(normalised));
+            outln!("{x} {} {} {}", float(naive), float(log), float(normalised));
         }
     }
     Ok(exit::HOLDS)
@@ -782,8 +782,8 @@ pub fn exact_cmd(args: ExactArgs) -> CliResult<u8> {
                 count(out.n, "resample", "resamples")
             ),
         };
-        println!("{verdict}: {why}");
-        println!(
+        outln!("{verdict}: {why}");
+        outln!(
             "  {statistic}(A){shift} − {statistic}(B) = {} ({} and {} values); {} of {} as extreme ({})",
             format_value(resampler.observed()),
             a.values.len(),
@@ -792,7 +792,7 @@ pub fn exact_cmd(args: ExactArgs) -> CliResult<u8> {
             count(out.n, "resample", "resamples"),
             args.alternative.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default()
         );
-        println!(
+        outln!(
             "  p-value ≈ {}; confidence interval [{}, {}], credible interval [{}, {}]",
             format_value(out.estimate),
             format_value(out.confidence.0),
@@ -800,7 +800,7 @@ pub fn exact_cmd(args: ExactArgs) -> CliResult<u8> {
             format_value(out.credible.0),
             format_value(out.credible.1)
         );
-        println!(
+        outln!(
             "  the p-value is on the wrong side of a threshold with probability at most {} (eps); a verdict of \
              significance at level alpha is a false positive with probability at most alpha + eps",
             format_probability(args.eps)

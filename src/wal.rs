@@ -11,7 +11,7 @@ use crate::exit::{self, CliError, CliResult};
 
 fn read(dir: &Path) -> CliResult<Inspection> {
     let storage =
-        Dir::existing(dir).map_err(|e| CliError::Usage(format!("{}: {e}", dir.display())))?;
+        Dir::read_only(dir).map_err(|e| CliError::Usage(format!("{}: {e}", dir.display())))?;
     inspect(&storage).map_err(|e| CliError::Usage(format!("{}: {e}", dir.display())))
 }
 
@@ -106,11 +106,11 @@ pub fn verify_cmd(dir: &Path, as_json: bool) -> CliResult<u8> {
     if as_json {
         write_json(&json(dir, &i))?;
     } else if i.damage.is_empty() {
-        println!("{}: ok: {}", dir.display(), summary(&i));
+        outln!("{}: ok: {}", dir.display(), summary(&i));
     } else {
-        println!("{}: DAMAGED: {}", dir.display(), summary(&i));
+        outln!("{}: DAMAGED: {}", dir.display(), summary(&i));
         for d in &i.damage {
-            println!("  {d}");
+            outln!("  {d}");
         }
     }
     Ok(if i.damage.is_empty() {

@@ -248,3 +248,106 @@ fn a_closed_pipe_is_not_a_panic() {
         stderr(&out)
     );
 }
+
+/// Standard output that cannot be written (here `/dev/full`: no space left) is an execution
+/// error, exit 4, not a panic (exit 101); the result goes to standard error instead of being
+/// lost.
+#[test]
+fn an_unwritable_stdout_is_exit_4_and_the_result_goes_to_stderr() {
+    for (args, result) in [
+        (
+            &["stats", "csm", "4000", "0.98", "3972", "0.001"][..],
+            "stop:",
+        ),
+        (&["slo", "--quiet", "--", "true"][..], "SLO holds"),
+        (&["lab", "--list"][..], "Experiments"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_spindle"))
+            .args(args)
+            .stdout(std::fs::File::create("/dev/full").expect("/dev/full"))
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 4, "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("cannot write to standard output"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        assert!(stderr(&out).contains(result), "{args:?}: {}", stderr(&out));
+    }
+}
+
+/// The processes whose command line contains `needle`.
+fn processes_with(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(needle) {
+                found.push(cmd);
+            }
+        }
+    }
+    found
+}
+
+/// A run killed at its timeout takes what it started with it: `sh -c` runs its command in a
+/// child, which used to outlive the run.
+#[test]
+fn a_timeout_kills_what_the_command_started() {
+    // A duration no other process uses, to find the children by.
+    let nap = format!("{}.271828", 30 + std::process::id() % 1000);
+    let out = spindle(&[
+        "slo",
+        "--quiet",
+        "--json",
+        "--max-runs",
+        "2",
+        "--timeout",
+        "50ms",
+        "--",
+        "sh",
+        "-c",
+        &format!("sleep {nap}; true"),
+    ]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert_eq!(json(&out)["failures"]["timed_out"], 2);
+    // The kill is sent before spindle reaps the run; give the kernel a moment to finish the
+    // processes it was sent to (not a timing assertion: a live one after 5 s is the failure).
+    let mut left = processes_with(&format!("sleep {nap}"));
+    for _ in 0..50 {
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        left = processes_with(&format!("sleep {nap}"));
+    }
+    assert!(left.is_empty(), "left running: {left:?}");
+}
+
+/// Ctrl-C ends `slo` with what it measured (undecided, exit 130), as `compare`.
+#[test]
+fn slo_ctrl_c_prints_what_was_measured() {
+    let child = Command::new(env!("CARGO_BIN_EXE_spindle"))
+        .args(["slo", "--quiet", "--json", "--", "sleep", "0.05"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Not a timing assertion: the signal may come before or after the first run ends, and
+    // both outcomes are checked below.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(code(&out), 130, "{}{}", stdout(&out), stderr(&out));
+    if !out.stdout.is_empty() {
+        let v = json(&out);
+        assert_eq!(v["verdict"], "undecided");
+        assert_eq!(v["exit_code"], 130);
+        assert!(v["reason"].as_str().unwrap().contains("Ctrl-C"), "{v}");
+    }
+}
