@@ -17,7 +17,7 @@ pub trait Storage: Send + Sync {
     fn list(&self) -> io::Result<Vec<String>>;
     /// Creates file `name`, which must not exist.
     fn create(&self, name: &str) -> io::Result<Box<dyn StorageFile>>;
-    /// Opens file `name` for reading and writing.
+    /// Opens file `name` for reading and writing (reading only, for a read-only storage).
     fn open(&self, name: &str) -> io::Result<Box<dyn StorageFile>>;
     /// Removes file `name`.
     fn remove(&self, name: &str) -> io::Result<()>;
@@ -70,7 +70,16 @@ impl dyn StorageFile {
 
     /// Its first `n` bytes (fewer if it is shorter), however many reads it takes.
     pub(crate) fn read_prefix(&self, n: usize) -> io::Result<Vec<u8>> {
-        let mut buf = vec![0u8; n];
+        // A file too large for memory (a stray file named like a segment) is an error to
+        // report, not an abort.
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(n).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!("{n} bytes do not fit in memory"),
+            )
+        })?;
+        buf.resize(n, 0);
         let mut at = 0;
         while at < n {
             match self.read_at(&mut buf[at..], at as u64) {
@@ -96,6 +105,8 @@ pub struct Dir {
     path: PathBuf,
     /// The lock file, held while this lives (see [`Storage::lock`]).
     lock: std::sync::Mutex<Option<File>>,
+    /// Files open for reading only; nothing is created, removed, renamed or locked.
+    read_only: bool,
 }
 
 impl Dir {
@@ -117,7 +128,29 @@ impl Dir {
         Ok(Dir {
             path,
             lock: std::sync::Mutex::new(None),
+            read_only: false,
         })
+    }
+
+    /// The directory at `path`, which must exist, for reading only: its files are opened
+    /// read-only (a log that this user may read but not write can be inspected), and every
+    /// change (create, remove, rename, lock) fails. For [`inspect`](crate::inspect::inspect);
+    /// [`Wal::open_on`](crate::Wal::open_on) refuses it at its first change.
+    pub fn read_only(path: impl AsRef<Path>) -> io::Result<Dir> {
+        let mut d = Dir::existing(path)?;
+        d.read_only = true;
+        Ok(d)
+    }
+
+    /// The error of a change asked of a read-only directory.
+    fn refuse(&self) -> io::Result<()> {
+        if self.read_only {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("{} was opened read-only", self.path.display()),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -131,6 +164,7 @@ impl Storage for Dir {
     }
 
     fn create(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {
+        self.refuse()?;
         let f = OpenOptions::new()
             .read(true)
             .write(true)
@@ -142,16 +176,18 @@ impl Storage for Dir {
     fn open(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {
         let f = OpenOptions::new()
             .read(true)
-            .write(true)
+            .write(!self.read_only)
             .open(self.path.join(name))?;
         Ok(Box::new(RealFile(f)))
     }
 
     fn remove(&self, name: &str) -> io::Result<()> {
+        self.refuse()?;
         std::fs::remove_file(self.path.join(name))
     }
 
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        self.refuse()?;
         std::fs::rename(self.path.join(from), self.path.join(to))
     }
 
@@ -164,6 +200,7 @@ impl Storage for Dir {
     }
 
     fn lock(&self) -> io::Result<()> {
+        self.refuse()?;
         let f = OpenOptions::new()
             .read(true)
             .write(true)

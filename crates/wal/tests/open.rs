@@ -224,3 +224,50 @@ fn bad_directories_give_clear_errors() {
     drop(wal);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A read-only directory (what `spindle wal inspect` reads through): the log reads back the
+/// same, its files are left as they were, and every change is refused, so `Wal::open_on`
+/// fails instead of writing.
+#[test]
+fn a_read_only_directory_is_inspected_and_never_changed() {
+    use spindle_wal::storage::{Dir, Storage};
+    let dir = scratch("read-only");
+    {
+        let wal = Wal::open(&dir, small()).unwrap();
+        for i in 0..30u8 {
+            wal.append_durable(&[i; 40]).unwrap();
+        }
+    }
+    let before: Vec<(PathBuf, Vec<u8>)> = segments(&dir)
+        .into_iter()
+        .map(|p| {
+            let b = std::fs::read(&p).unwrap();
+            (p, b)
+        })
+        .collect();
+    let ro = Dir::read_only(&dir).unwrap();
+    let seen = spindle_wal::inspect::inspect(&ro).unwrap();
+    assert_eq!((seen.records, seen.first_lsn, seen.last_lsn), (30, 1, 30));
+    assert!(seen.damage.is_empty(), "{:?}", seen.damage);
+    for (what, r) in [
+        ("create", ro.create("x.wal").map(drop)),
+        (
+            "remove",
+            ro.remove(&before[0].0.file_name().unwrap().to_string_lossy()),
+        ),
+        ("rename", ro.rename("a", "b")),
+        ("lock", ro.lock()),
+    ] {
+        let e = r.expect_err(what);
+        assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::PermissionDenied,
+            "{what}: {e}"
+        );
+    }
+    assert!(Wal::open_on(Box::new(Dir::read_only(&dir).unwrap()), small()).is_err());
+    for (p, b) in before {
+        assert_eq!(std::fs::read(&p).unwrap(), b, "{} changed", p.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
