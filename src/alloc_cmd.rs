@@ -16,10 +16,11 @@ const LIBRARY: &str = "libspindle_alloc_preload.so";
 /// The preload library: `--library`, or next to this executable (where cargo builds it).
 fn library(given: Option<&Path>) -> CliResult<PathBuf> {
     if let Some(p) = given {
-        return if p.is_file() {
-            Ok(p.to_path_buf())
-        } else {
-            Err(exit::usage(format!("{}: no such library", p.display())))
+        // The loader looks a name without a slash up in the library path, not here: an
+        // absolute path is what LD_PRELOAD needs.
+        return match std::fs::canonicalize(p) {
+            Ok(abs) if abs.is_file() => Ok(abs),
+            _ => Err(exit::usage(format!("{}: no such library", p.display()))),
         };
     }
     let exe = std::env::current_exe()
@@ -52,6 +53,14 @@ pub fn record(out: &Path, library_path: Option<&Path>, command: &[OsString]) -> 
         return Err(exit::usage("give the command to record after --"));
     };
     let so = library(library_path)?;
+    // The output is created before the command runs, so that a path that cannot be written
+    // is refused before anything is recorded, not after (which lost the recording).
+    let file = std::fs::File::create(out).map_err(|e| {
+        exit::usage(format!(
+            "{}: cannot write the trace there: {e}",
+            out.display()
+        ))
+    })?;
     let dir = std::env::temp_dir().join(format!("spindle-alloc-record-{}", std::process::id()));
     std::fs::create_dir_all(&dir)
         .map_err(|e| CliError::Execution(format!("{}: {e}", dir.display())))?;
@@ -75,8 +84,12 @@ pub fn record(out: &Path, library_path: Option<&Path>, command: &[OsString]) -> 
         let status = c
             .wait()
             .map_err(|e| CliError::Execution(format!("wait: {e}")))?;
-        convert(&dir.join(format!("raw.{pid}")), out, status)
+        convert(&dir.join(format!("raw.{pid}")), out, file, status)
     });
+    if result.is_err() {
+        // Nothing recorded: no empty trace left behind.
+        let _ = std::fs::remove_file(out);
+    }
     let others = std::fs::read_dir(&dir)
         .map(|d| d.count().saturating_sub(1))
         .unwrap_or(0);
@@ -87,17 +100,27 @@ pub fn record(out: &Path, library_path: Option<&Path>, command: &[OsString]) -> 
     result
 }
 
-fn convert(raw: &Path, out: &Path, status: std::process::ExitStatus) -> CliResult<u8> {
+fn convert(
+    raw: &Path,
+    out: &Path,
+    mut file: std::fs::File,
+    status: std::process::ExitStatus,
+) -> CliResult<u8> {
     let bytes = read_raw(raw).map_err(|e| {
         CliError::Execution(format!(
-            "no recording at {} ({e}): the program did not allocate, or is statically linked",
-            raw.display()
+            "no recording ({e}): the program made no allocation call through the preloaded library (it did not allocate, is statically linked, or could not load the library{})",
+            if status.success() {
+                String::new()
+            } else {
+                format!("; it failed: {status}")
+            }
         ))
     })?;
     let (trace, dropped) =
         Trace::from_raw(&bytes).map_err(|e| CliError::Execution(e.to_string()))?;
     let encoded = trace.encode();
-    std::fs::write(out, &encoded)
+    file.write_all(&encoded)
+        .and_then(|()| file.flush())
         .map_err(|e| CliError::Execution(format!("{}: {e}", out.display())))?;
     errln!(
         "recorded {} calls ({} blocks live at most, {dropped} calls dropped) into {} ({} bytes){}",

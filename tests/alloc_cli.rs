@@ -61,6 +61,30 @@ fn bad_input_is_a_usage_error() {
     ]);
     assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no such library"));
+    // An output that cannot be written is refused before the command runs (it was found
+    // only after, and the recording lost). (Any file passes for the library here: the
+    // command never runs.)
+    let dir = std::env::temp_dir();
+    let out = spindle(&[
+        "alloc",
+        "record",
+        "--library",
+        "Cargo.toml",
+        "-o",
+        dir.to_str().unwrap(),
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot write the trace there"));
+    // A damaged trace whose block id no allocation handed out: a bad trace (exit 3), not a
+    // replay child dying while it asks for 64 GiB.
+    let damaged = dir.join(format!("spindle-damaged-{}.spat", std::process::id()));
+    std::fs::write(&damaged, b"SPAT1\n\x01\xfe\xff\xff\xff\x0f\x08").unwrap();
+    let out = spindle(&["alloc", "replay", damaged.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&damaged);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("never handed out"));
 }
 
 #[test]

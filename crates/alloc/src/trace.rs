@@ -295,11 +295,23 @@ impl Trace {
                 },
                 x => return Err(bad(&format!("unknown record type {x} at byte {}", at - 1))),
             };
-            let top = match e {
-                Event::Malloc { id, .. } | Event::Free { id } => id,
-                Event::Realloc { from, to, .. } => from.max(to),
+            // Ids are numbered as `from_raw` hands them out: a new block takes an id freed
+            // before or the next one, and only an id handed out can be freed. So a replay's
+            // table never outgrows the trace (a damaged id of 2^32 - 2 would ask for 64 GiB).
+            let (used, new) = match e {
+                Event::Malloc { id, .. } => (None, id),
+                Event::Free { id } => (Some(id), 0),
+                Event::Realloc { from, to, .. } => (Some(from), to),
             };
-            t.ids = t.ids.max(top.saturating_add(1));
+            if used.is_some_and(|u| u >= t.ids) || new > t.ids {
+                return Err(bad(&format!(
+                    "block id {} at call {} was never handed out (ids are numbered from 0 as blocks are allocated; {} so far): a damaged trace",
+                    used.filter(|&u| u >= t.ids).unwrap_or(new),
+                    t.events.len() + 1,
+                    t.ids
+                )));
+            }
+            t.ids = t.ids.max(new + 1);
             t.events.push(e);
         }
         Ok(t)
@@ -454,5 +466,45 @@ mod tests {
                 Event::Malloc { id: 1, size: 8 },
             ]
         );
+    }
+
+    /// An id no allocation handed out is a damaged trace, refused when read (a replay would
+    /// size its table by it: 2^32 - 2 asked for 64 GiB).
+    #[test]
+    fn ids_never_handed_out_are_refused() {
+        let mut b = MAGIC.to_vec();
+        b.push(Op::Malloc as u8);
+        put(&mut b, 0xFFFF_FFFE);
+        put(&mut b, 8);
+        let e = Trace::decode(&b).unwrap_err();
+        assert!(e.to_string().contains("never handed out"), "{e}");
+        let mut b = MAGIC.to_vec();
+        b.push(Op::Malloc as u8);
+        put(&mut b, 0);
+        put(&mut b, 8);
+        b.push(Op::Free as u8);
+        put(&mut b, 1);
+        assert!(Trace::decode(&b).is_err());
+        // What a recording gives reads back, ids recycled included.
+        let t = Trace {
+            events: vec![
+                Event::Malloc { id: 0, size: 8 },
+                Event::Malloc { id: 1, size: 8 },
+                Event::Free { id: 0 },
+                Event::Realloc {
+                    from: 1,
+                    to: 0,
+                    size: 64,
+                },
+                Event::Malloc { id: 1, size: 8 },
+                Event::Realloc {
+                    from: 0,
+                    to: 2,
+                    size: 128,
+                },
+            ],
+            ids: 3,
+        };
+        assert_eq!(Trace::decode(&t.encode()).unwrap(), t);
     }
 }
