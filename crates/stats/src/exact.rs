@@ -189,6 +189,12 @@ impl Resampler {
         }
         let max_abs = pool.iter().fold(0.0f64, |m, v| m.max(v.abs()));
         let sum_abs: f64 = pool.iter().map(|v| v.abs()).sum();
+        if spec.location == Location::Mean && !sum_abs.is_finite() {
+            // A mean would be inf or NaN, and NaN compares as a difference beyond every bound.
+            return Err(StatsError::Invalid(format!(
+                "values this large (up to {max_abs:e}) overflow their sum: the mean cannot be computed; rescale them or use the median"
+            )));
+        }
         let (n, small) = (pool.len() as f64, x.len().min(y.len()) as f64);
         const U: f64 = f64::EPSILON / 2.0;
         // Bounds on |computed − exact| of one difference, with room to spare: means are naive
@@ -468,5 +474,14 @@ mod tests {
             ..cfg
         };
         assert!(location_test(&[1.0], &[2.0], spec, &bad).is_err());
+        // Values whose sum overflows have no mean: an error, not a NaN difference that reads
+        // as significant.
+        let big = [1e306; 200];
+        assert!(location_test(&big, &big, spec, &cfg).is_err());
+        let median = LocationTest {
+            location: Location::Median,
+            ..spec
+        };
+        assert!(location_test(&big, &big, median, &cfg).is_ok());
     }
 }
