@@ -76,7 +76,7 @@ Exit codes:
 
 pub fn run(args: LabCli) -> CliResult<u8> {
     if args.list {
-        return list(args.json);
+        return list(&args.experiments, args.json);
     }
     if !args.markdown.is_empty() {
         return render_markdown(&args.markdown);
@@ -163,8 +163,19 @@ pub fn run(args: LabCli) -> CliResult<u8> {
     Ok(exit::HOLDS)
 }
 
-fn list(json: bool) -> CliResult<u8> {
-    let catalogue = spindle_lab::catalogue();
+/// `--list [NAME…]`: every experiment, or those named (an unknown name is a usage error).
+fn list(names: &[String], json: bool) -> CliResult<u8> {
+    let mut catalogue = spindle_lab::catalogue();
+    if !names.is_empty() {
+        let known: Vec<&str> = catalogue.iter().map(|e| e.name).collect();
+        if let Some(bad) = names.iter().find(|n| !known.contains(&n.as_str())) {
+            return Err(exit::usage(format!(
+                "unknown experiment '{bad}' (available: {})",
+                known.join(", ")
+            )));
+        }
+        catalogue.retain(|e| names.iter().any(|n| n == e.name));
+    }
     if json {
         let built: Vec<serde_json::Value> = catalogue
             .iter()
@@ -218,6 +229,38 @@ fn flips(files: &[PathBuf], json: bool) -> CliResult<u8> {
         .map(|p| spindle_lab::read_report(p))
         .collect::<Result<Vec<_>, _>>()
         .map_err(CliError::Usage)?;
+    // Flips say something of this machine only between runs on it.
+    let machine = |r: &spindle_lab::results::LabReport| {
+        (
+            r.machine.cpu_model.clone(),
+            r.machine.cpu_family_model.clone(),
+            r.machine.cpus_online,
+        )
+    };
+    if let Some((i, _)) = reports
+        .iter()
+        .enumerate()
+        .find(|(_, r)| machine(r) != machine(&reports[0]))
+    {
+        let name = |r: &spindle_lab::results::LabReport| {
+            let m = &r.machine;
+            format!(
+                "{} ({}), {} CPUs",
+                m.cpu_model,
+                m.microarchitecture
+                    .as_deref()
+                    .unwrap_or(&m.cpu_family_model),
+                m.cpus_online
+            )
+        };
+        errln!(
+            "spindle: warning: {} and {} come from different machines ({}; {}): a claim that differs between them says more about the machines than about the runs' stability",
+            files[0].display(),
+            files[i].display(),
+            name(&reports[0]),
+            name(&reports[i]),
+        );
+    }
     let s = stability::compare(&reports);
     if json {
         crate::output::print_json(&s);

@@ -326,7 +326,7 @@ struct LabArgs {
     /// Full profile: the whole lab in at most 20 minutes, for figures worth publishing.
     #[arg(long)]
     full: bool,
-    /// List the experiments, with their references, and exit.
+    /// List the experiments (all, or those named), with their references, and exit.
     #[arg(long)]
     list: bool,
     /// Print results.json to stdout instead of the summary (progress still goes to stderr).

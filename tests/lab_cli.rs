@@ -394,7 +394,38 @@ fn lab_flips_finds_a_reversed_verdict() {
         json(&out)["flipped"][0]["claim"],
         v["experiments"][0]["claims"][0]["id"]
     );
+    assert!(
+        !stderr(&out).contains("different machines"),
+        "{}",
+        stderr(&out)
+    );
+    // Runs from two machines: compared, with a warning that flips there are not instability.
+    v["machine"]["cpu_model"] = "Another CPU".into();
+    std::fs::write(&b, v.to_string()).unwrap();
+    let out = spindle(&["lab", "--flips", a.to_str().unwrap(), b.to_str().unwrap()]);
+    assert!(
+        stderr(&out).contains("different machines"),
+        "{}",
+        stderr(&out)
+    );
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `--list NAME…` lists those experiments; a name that is none is a usage error (exit 3), as
+/// it is for a run.
+#[test]
+fn lab_list_of_named_experiments() {
+    let out = spindle(&["lab", "--list", "itoa"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stdout(&out).contains("itoa"), "{}", stdout(&out));
+    assert!(!stdout(&out).contains("contention"), "{}", stdout(&out));
+    let out = spindle(&["lab", "--list", "no-such-experiment"]);
+    assert_eq!(code(&out), 3);
+    assert!(
+        stderr(&out).contains("unknown experiment 'no-such-experiment'"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// Busy processes that are killed when the test ends, however it ends.
