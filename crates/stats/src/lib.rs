@@ -108,7 +108,13 @@ impl fmt::Display for StatsError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StatsError::OutOfRange { name, value, range } => {
-                write!(f, "{name} = {value} is outside {range}")
+                // Scientific notation for values far from 1 (5e-324 printed plainly is 330
+                // digits).
+                if *value != 0.0 && !(1e-4..1e15).contains(&value.abs()) {
+                    write!(f, "{name} = {value:e} is outside {range}")
+                } else {
+                    write!(f, "{name} = {value} is outside {range}")
+                }
             }
             StatsError::Invalid(message) => f.write_str(message),
         }
