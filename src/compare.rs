@@ -362,6 +362,9 @@ pub fn run(args: CompareArgs) -> CliResult<u8> {
 /// ([`spindle_stats::median_ratio_verdict`]: wrong with probability at most ε).
 pub fn run_samples(args: SamplesArgs) -> CliResult<u8> {
     let started = Instant::now();
+    if args.a.as_os_str() == "-" && args.b.as_os_str() == "-" {
+        return Err(exit::usage("only one of A and B can be read from stdin"));
+    }
     let a = samples::read(&args.a, Accept::PositiveTimes)?;
     let b = samples::read(&args.b, Accept::PositiveTimes)?;
     if a.unit != b.unit {

@@ -223,10 +223,13 @@ pub fn stream_cmd(args: StreamArgs) -> CliResult<u8> {
         config = config.max_count(max);
     }
     if args.min > config.max_count {
-        return Err(usage(format!(
-            "--min {} exceeds --max {}",
-            args.min, config.max_count
-        )));
+        return Err(usage(match args.max {
+            Some(max) => format!("--min {} exceeds --max {max}", args.min),
+            None => format!(
+                "--min {} exceeds the largest count the test can track ({}; the default --max)",
+                args.min, config.max_count
+            ),
+        }));
     }
     let mut driver = Driver::new(config)?;
     let mut trace = Trace::new(args.trace);

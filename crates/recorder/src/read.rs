@@ -85,6 +85,14 @@ impl Recording {
     /// Reads `path` and checks its header.
     pub fn open(path: impl AsRef<Path>) -> Result<Recording, ReadError> {
         let mut file = std::fs::File::open(path.as_ref())?;
+        // A recording is a regular file: a device or a pipe (`/dev/zero`) would be read until
+        // memory ran out.
+        if !file.metadata()?.is_file() {
+            return Err(ReadError::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file (a recording is one)",
+            )));
+        }
         let mut bytes = Vec::new();
         std::io::Read::read_to_end(&mut file, &mut bytes)?;
         let len = bytes.len();

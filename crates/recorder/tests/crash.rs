@@ -320,6 +320,11 @@ fn damaged_recordings_give_errors_not_panics() {
         Recording::open(dir.join("does-not-exist")),
         Err(ReadError::Io(_))
     ));
+    // A device is refused, not read until memory runs out.
+    assert!(matches!(
+        Recording::open("/dev/zero"),
+        Err(ReadError::Io(e)) if e.kind() == std::io::ErrorKind::InvalidInput
+    ));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
