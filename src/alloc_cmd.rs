@@ -53,14 +53,21 @@ pub fn record(out: &Path, library_path: Option<&Path>, command: &[OsString]) -> 
         return Err(exit::usage("give the command to record after --"));
     };
     let so = library(library_path)?;
-    // The output is created before the command runs, so that a path that cannot be written
-    // is refused before anything is recorded, not after (which lost the recording).
-    let file = std::fs::File::create(out).map_err(|e| {
-        exit::usage(format!(
-            "{}: cannot write the trace there: {e}",
-            out.display()
-        ))
-    })?;
+    // The output is opened for writing before the command runs, so that a path that cannot
+    // be written is refused before anything is recorded, not after (which lost the recording).
+    // Not truncated yet: an existing trace is replaced only by a recording that succeeds.
+    let existed = out.exists();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(out)
+        .map_err(|e| {
+            exit::usage(format!(
+                "{}: cannot write the trace there: {e}",
+                out.display()
+            ))
+        })?;
     let dir = std::env::temp_dir().join(format!("spindle-alloc-record-{}", std::process::id()));
     std::fs::create_dir_all(&dir)
         .map_err(|e| CliError::Execution(format!("{}: {e}", dir.display())))?;
@@ -86,8 +93,8 @@ pub fn record(out: &Path, library_path: Option<&Path>, command: &[OsString]) -> 
             .map_err(|e| CliError::Execution(format!("wait: {e}")))?;
         convert(&dir.join(format!("raw.{pid}")), out, file, status)
     });
-    if result.is_err() {
-        // Nothing recorded: no empty trace left behind.
+    if result.is_err() && !existed {
+        // Nothing recorded: no empty file of ours left behind (only one this run created).
         let _ = std::fs::remove_file(out);
     }
     let others = std::fs::read_dir(&dir)
@@ -119,7 +126,10 @@ fn convert(
     let (trace, dropped) =
         Trace::from_raw(&bytes).map_err(|e| CliError::Execution(e.to_string()))?;
     let encoded = trace.encode();
-    file.write_all(&encoded)
+    // A regular file loses what it held before; a device (`/dev/null`) has no length.
+    let is_file = file.metadata().is_ok_and(|m| m.is_file());
+    (if is_file { file.set_len(0) } else { Ok(()) })
+        .and_then(|()| file.write_all(&encoded))
         .and_then(|()| file.flush())
         .map_err(|e| CliError::Execution(format!("{}: {e}", out.display())))?;
     errln!(

@@ -1,7 +1,6 @@
 //! Running a user's command (no shell), timing it, and killing it at a timeout.
 
 use std::ffi::{OsStr, OsString};
-use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -82,15 +81,12 @@ impl CommandLine {
                 Stdio::null()
             }
         };
-        // A process group of its own, so that a timeout kills all it started (see `run`).
         Command::new(&self.program)
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(output())
             .stderr(output())
-            .process_group(0)
             .spawn()
-            .inspect(|child| crate::interrupt::set_child_group(child.id() as i32))
             .map_err(|e| {
                 let program = quote(&self.program);
                 let why = match e.kind() {
@@ -120,9 +116,7 @@ impl CommandLine {
         let start = Instant::now();
         let mut child = self.spawn()?;
         let Some(timeout) = timeout else {
-            let status = wait(&mut child, &self.program);
-            crate::interrupt::set_child_group(0);
-            let status = status?;
+            let status = wait(&mut child, &self.program)?;
             return Ok(Run {
                 end: end_of(status),
                 elapsed: start.elapsed(),
@@ -138,9 +132,7 @@ impl CommandLine {
             let status = child.wait();
             let _ = tx.send((status, start.elapsed()));
         });
-        let end = rx.recv_timeout(timeout);
-        crate::interrupt::set_child_group(0);
-        match end {
+        match rx.recv_timeout(timeout) {
             Ok((status, elapsed)) => {
                 let _ = waiter.join();
                 let status = status.map_err(|e| reap_error(&self.program, e))?;
@@ -150,19 +142,14 @@ impl CommandLine {
                 })
             }
             Err(_) => {
-                // SIGKILL the child; the waiter then reaps it.
+                // SIGKILL the child; the waiter then reaps it. What the child started (the
+                // command of an `sh -c`) is not killed with it: it runs in spindle's process
+                // group, so that the terminal's signals (Ctrl-C, hangup, Ctrl-Z) and its
+                // input reach it as they reach spindle; `--timeout`'s help says to `exec`.
                 match (&pidfd, pid) {
                     (Some(fd), _) => drop(rustix::process::pidfd_send_signal(fd, Signal::KILL)),
                     (None, Some(pid)) => drop(rustix::process::kill_process(pid, Signal::KILL)),
                     (None, None) => {}
-                }
-                // ... and everything it started (the children of an `sh -c`), which would
-                // otherwise outlive the run: its process group, which it leads. The group's
-                // id cannot name another group while any of its processes lives, and once
-                // none does the kill finds nothing (pids are handed out in turn, not at once
-                // again).
-                if let Some(pid) = pid {
-                    let _ = rustix::process::kill_process_group(pid, Signal::KILL);
                 }
                 let _ = rx.recv();
                 let _ = waiter.join();

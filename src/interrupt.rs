@@ -3,7 +3,7 @@
 //! stays valid at any stopping time, so what was measured is worth printing; the lab writes its
 //! report); a second one ends the process at once.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Exit code after an interruption: 128 + SIGINT, as shells report a process killed by Ctrl-C,
 /// so that a CI script cannot mistake a cancelled comparison for a verdict.
@@ -11,25 +11,11 @@ pub const INTERRUPTED: u8 = 130;
 
 static REQUESTED: AtomicBool = AtomicBool::new(false);
 
-/// The process group of the user's command running now (0: none). Commands run in a group
-/// of their own, so that a timeout kills everything they started (`sh -c` and its children),
-/// not only the shell; Ctrl-C, which the terminal sends to our group alone, is passed on.
-static CHILD_GROUP: AtomicI32 = AtomicI32::new(0);
-
 extern "C" fn on_sigint(_signal: i32) {
     extern "C" {
         fn _exit(code: i32) -> !;
-        fn kill(pid: i32, signal: i32) -> i32;
     }
-    const SIGINT: i32 = 2;
-    // Only async-signal-safe work here: atomics, kill, and _exit on the second Ctrl-C.
-    let group = CHILD_GROUP.load(Ordering::SeqCst);
-    if group > 0 {
-        // SAFETY: kill(2) is async-signal-safe; a negative pid names the command's group.
-        unsafe {
-            kill(-group, SIGINT);
-        }
-    }
+    // Only async-signal-safe work here: an atomic swap, and _exit on the second Ctrl-C.
     if REQUESTED.swap(true, Ordering::SeqCst) {
         // SAFETY: _exit is async-signal-safe and ends the process without running anything else.
         unsafe { _exit(i32::from(INTERRUPTED)) }
@@ -51,10 +37,4 @@ pub fn install() {
 /// Whether the user pressed Ctrl-C.
 pub fn requested() -> bool {
     REQUESTED.load(Ordering::SeqCst)
-}
-
-/// Records the process group of the command now running (its pid: it leads its group), so
-/// that Ctrl-C reaches it; 0 when it has ended.
-pub fn set_child_group(pid: i32) {
-    CHILD_GROUP.store(pid, Ordering::SeqCst);
 }

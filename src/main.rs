@@ -51,8 +51,8 @@ Examples:
   spindle slo -- true                               holds after 2210 runs
   spindle slo --rate 0.9 --under 50ms -- ./client   p90 latency under 50 ms?
 
-Ctrl-C stops after the run in flight (which it reaches too, and which does not count) and prints \
-what was measured, undecided; the exit code is then 130. A second Ctrl-C exits at once.
+Ctrl-C stops after the run in flight (which a terminal's Ctrl-C reaches too; it does not count) and \
+prints what was measured, undecided; the exit code is then 130. A second Ctrl-C exits at once.
 
 Exit codes: 0 holds, 1 violated, 2 undecided (--max-runs or --max-time reached), 3 usage error, \
 4 the command could not run, 130 interrupted.";
@@ -399,7 +399,8 @@ struct SloCli {
     /// Give up (exit 2) after this many runs.
     #[arg(long, default_value_t = 100_000, value_parser = positive_count_parser)]
     max_runs: u64,
-    /// Kill a run after this long, with everything it started (it counts as a failure).
+    /// Kill a run after this long (it counts as a failure). Only the command itself is killed:
+    /// with sh -c, write sh -c 'exec CMD' so that the shell becomes the command.
     #[arg(long, value_name = "DURATION", value_parser = units::parse_positive_duration, allow_hyphen_values = true)]
     timeout: Option<Duration>,
     /// Give up (exit 2) rather than start a run that would end after this much wall-clock time.

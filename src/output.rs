@@ -3,10 +3,12 @@
 //!
 //! `println!` panics when standard output cannot be written (a full disk, a closed
 //! descriptor, an I/O error), which would end a command with exit 101 and lose a verdict
-//! already measured. Everything the binary prints goes through [`outln!`] and [`out!`] (standard
-//! output) and [`errln!`] (standard error) instead. When standard output fails, the text goes
-//! to standard error, with one note saying so, and the command ends with exit 4 ([`finish`]):
-//! the result is still shown, and a script sees that its output is missing. A closed pipe
+//! already measured. The binary's text goes through `outln!` and `out!` (standard output)
+//! and `errln!` and `err!` (standard error) instead. When standard output fails, the text
+//! goes to standard error, with one note saying so, and the command ends with exit 4
+//! ([`stdout_failed`], read by `main`): the result is still shown, and a script sees that its
+//! output is missing. (The JSON documents of `wal`, `recorder` and `alloc replay` are written
+//! to standard output directly; a failure there is reported, exit 4.) A closed pipe
 //! (`spindle … | head`) ends the program by `SIGPIPE`, as for other tools (see `main`).
 
 use std::io::Write;

@@ -83,7 +83,7 @@ pub fn run(args: SloArgs) -> CliResult<u8> {
     let mut longest_run = Duration::ZERO;
     let mut error = None;
     let mut interrupted = false;
-    // Ctrl-C: stop after the run in flight (which the command's group is sent too, and which
+    // Ctrl-C: stop after the run in flight (which the terminal's Ctrl-C reaches too, and which
     // does not count) and report what was measured; a second one ends the process at once.
     interrupt::install();
 
@@ -213,6 +213,8 @@ pub fn run(args: SloArgs) -> CliResult<u8> {
     // A command that never ran leaves nothing to report but the error.
     if report.runs > 0 {
         output::emit(args.json, &report, print_report);
+    } else if interrupted {
+        errln!("spindle: interrupted before the first run ended; nothing measured");
     }
     match error {
         Some(e) => Err(e),

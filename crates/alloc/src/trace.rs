@@ -311,7 +311,7 @@ impl Trace {
                     t.ids
                 )));
             }
-            t.ids = t.ids.max(new + 1);
+            t.ids = t.ids.max(new.saturating_add(1));
             t.events.push(e);
         }
         Ok(t)

@@ -85,12 +85,13 @@ impl Recording {
     /// Reads `path` and checks its header.
     pub fn open(path: impl AsRef<Path>) -> Result<Recording, ReadError> {
         let mut file = std::fs::File::open(path.as_ref())?;
-        // A recording is a regular file: a device or a pipe (`/dev/zero`) would be read until
-        // memory ran out.
-        if !file.metadata()?.is_file() {
+        // A recording is a file, or comes through a pipe (`<(zcat rec.gz)`); a device
+        // (`/dev/zero`) would be read until memory ran out.
+        let kind = file.metadata()?.file_type();
+        if !(kind.is_file() || std::os::unix::fs::FileTypeExt::is_fifo(&kind)) {
             return Err(ReadError::Io(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
-                "not a regular file (a recording is one)",
+                "not a regular file or a pipe (a recording is a file)",
             )));
         }
         let mut bytes = Vec::new();

@@ -71,7 +71,9 @@ impl dyn StorageFile {
     /// Its first `n` bytes (fewer if it is shorter), however many reads it takes.
     pub(crate) fn read_prefix(&self, n: usize) -> io::Result<Vec<u8>> {
         // A file too large for memory (a stray file named like a segment) is an error to
-        // report, not an abort.
+        // report where the reservation fails (under a memory limit, `ulimit -v`); under
+        // overcommit a reservation larger than memory can still succeed and the reads then
+        // exhaust it.
         let mut buf = Vec::new();
         buf.try_reserve_exact(n).map_err(|_| {
             io::Error::new(
@@ -116,7 +118,8 @@ impl Dir {
         Dir::existing(path)
     }
 
-    /// The directory at `path`, which must exist (for reading a log without changing it).
+    /// The directory at `path`, which must exist; its files are opened for reading and
+    /// writing (for reading only, see [`Dir::read_only`]).
     pub fn existing(path: impl AsRef<Path>) -> io::Result<Dir> {
         let path = path.as_ref().to_path_buf();
         if !std::fs::metadata(&path)?.is_dir() {
@@ -133,8 +136,9 @@ impl Dir {
     }
 
     /// The directory at `path`, which must exist, for reading only: its files are opened
-    /// read-only (a log that this user may read but not write can be inspected), and every
-    /// change (create, remove, rename, lock) fails. For [`inspect`](crate::inspect::inspect);
+    /// read-only (a log that this user may read but not write can be inspected; a write to
+    /// one fails with the system's "bad file descriptor"), and every change of the directory
+    /// (create, remove, rename, lock) fails. For [`inspect`](crate::inspect::inspect);
     /// [`Wal::open_on`](crate::Wal::open_on) refuses it at its first change.
     pub fn read_only(path: impl AsRef<Path>) -> io::Result<Dir> {
         let mut d = Dir::existing(path)?;
