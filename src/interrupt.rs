@@ -1,7 +1,7 @@
-//! Ctrl-C for the commands that measure (`compare`, `slo`, `lab`): the first SIGINT asks the loop to
-//! stop at the next pair or run and print the verdict so far (every interval Spindle prints
-//! stays valid at any stopping time, so what was measured is worth printing; the lab writes its
-//! report); a second one ends the process at once.
+//! Ctrl-C for the commands that measure (`compare`, `slo`, `lab`): the first SIGINT asks the
+//! loop to stop at the next pair or run and print the verdict so far (every interval Spindle
+//! prints stays valid at any stopping time, so what was measured is worth printing; the lab
+//! writes its report); a second one ends the process at once.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
