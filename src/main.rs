@@ -130,6 +130,10 @@ enough (exit 1), 10000 are (exit 0):
   spindle stats power 0.97 --alpha 0.96 --alpha-hi 0.98 --eps 1e-3 \\
       --max-runs 1000
 
+Each simulated driver draws up to --max-runs observations, and at least 100 drivers are simulated \
+(a narrow band with a large --max-runs can take minutes): on a terminal, a line on stderr shows \
+how far the simulation has got.
+
 Exit codes: 0 enough, 1 not enough, 2 undecided, 3 usage error.";
 
 const EXACT_HELP: &str = "\
@@ -216,7 +220,7 @@ enum AllocCommand {
         command: Vec<OsString>,
     },
     /// Replay a trace on allocators (all of them unless --allocator is given).
-    #[command(after_help = ALLOC_HELP)]
+    #[command(allow_negative_numbers = true, after_help = ALLOC_HELP)]
     Replay {
         /// A trace written by `spindle alloc record`.
         trace: PathBuf,
@@ -286,7 +290,7 @@ why: truncated, damaged header, newer format), 4 the output could not be written
 #[derive(Subcommand)]
 enum RecorderCommand {
     /// Print the last records of every thread of a recording, in time order.
-    #[command(after_help = RECORDER_DUMP_HELP)]
+    #[command(allow_negative_numbers = true, after_help = RECORDER_DUMP_HELP)]
     Dump {
         /// The recording file.
         file: PathBuf,

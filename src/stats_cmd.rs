@@ -7,9 +7,9 @@ use std::time::Duration;
 use clap::ValueEnum;
 use serde::Serialize;
 use spindle_stats::{
-    beta_bound, csm, log_proportion, power, proportion_shape, quantile_bounds, Alternative,
-    Decision, Driver, DriverConfig, ExactConfig, Location, LocationTest, PowerOptions, Resampler,
-    Step, StopRule,
+    beta_bound, csm, log_proportion, power_with_progress, proportion_shape, quantile_bounds,
+    Alternative, Decision, Driver, DriverConfig, ExactConfig, Location, LocationTest, PowerOptions,
+    Resampler, Step, StopRule,
 };
 
 use crate::exit::{self, usage, CliError, CliResult};
@@ -462,7 +462,30 @@ pub fn power_cmd(args: PowerArgs) -> CliResult<u8> {
         seed: args.seed,
         ..PowerOptions::default()
     };
-    let report = power(args.true_rate, &inner, &options)?;
+    // A large --max-runs can take minutes: on a terminal, a line on stderr says how far the
+    // simulation has got (after the first second, a few times a second), erased at the end.
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let started = std::time::Instant::now();
+    let mut shown = false;
+    let mut next = Duration::from_secs(1);
+    let report = power_with_progress(args.true_rate, &inner, &options, |p| {
+        if !tty || started.elapsed() < next {
+            return;
+        }
+        next = started.elapsed() + Duration::from_millis(250);
+        shown = true;
+        err!(
+            "\rstats power: {} simulated, {} decided correctly, {} observations drawn ({:.0} s)\x1b[K",
+            count(p.simulations, "driver", "drivers"),
+            p.correct,
+            p.observations,
+            started.elapsed().as_secs_f64()
+        );
+    });
+    if shown {
+        err!("\r\x1b[K");
+    }
+    let report = report?;
     let outer = report.outer;
     let verdict = match outer.decision {
         Decision::Above => "enough",

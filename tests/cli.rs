@@ -81,6 +81,16 @@ fn usage_errors_exit_3_with_a_clear_message() {
         ),
         (&["stats", "beta-icdf", "0", "3", "0.01"][..], "[1, 2^44]"),
         (&["lab", "no-such-experiment"][..], "unknown experiment"),
+        // A negative number is a value out of range, not an unknown flag.
+        (
+            &["recorder", "dump", "/dev/null", "--last", "-1"][..],
+            "cannot be negative",
+        ),
+        (
+            &["recorder", "dump", "/dev/null", "--since", "-5"][..],
+            "at or after 1970",
+        ),
+        (&["alloc", "replay", "x", "--threads", "-2"][..], "'-2'"),
         (&["no-such-subcommand"][..], ""),
     ] {
         let out = spindle(args);

@@ -85,7 +85,7 @@ pub use exact::{
     exact_test, location_test, Alternative, ExactConfig, ExactOutcome, Location, LocationTest,
     Resampler,
 };
-pub use power::{power, PowerOptions, PowerReport};
+pub use power::{power, power_with_progress, PowerOptions, PowerProgress, PowerReport};
 pub use quantile::{quantile_bounds, quantile_interval, QuantileInterval, QuantileRanks};
 
 /// A parameter outside its domain.

@@ -61,6 +61,28 @@ pub fn power(
     inner: &DriverConfig,
     options: &PowerOptions,
 ) -> Result<PowerReport, StatsError> {
+    power_with_progress(rate, inner, options, |_| {})
+}
+
+/// How far [`power_with_progress`] has got: after each simulated driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PowerProgress {
+    /// Simulated drivers so far.
+    pub simulations: u64,
+    /// Of them, those that decided correctly.
+    pub correct: u64,
+    /// Observations the simulated drivers have drawn so far, all together.
+    pub observations: u64,
+}
+
+/// [`power`], calling `progress` after each simulated driver (a long simulation, with a large
+/// `max_count`, can then show how far it has got).
+pub fn power_with_progress(
+    rate: f64,
+    inner: &DriverConfig,
+    options: &PowerOptions,
+    mut progress: impl FnMut(PowerProgress),
+) -> Result<PowerReport, StatsError> {
     if !(0.0..=1.0).contains(&rate) {
         return Err(StatsError::OutOfRange {
             name: "rate",
@@ -76,12 +98,22 @@ pub fn power(
 
     let mut rng = SplitMix64::new(options.seed);
     let mut max_inner_n = 0;
+    let mut so_far = PowerProgress {
+        simulations: 0,
+        correct: 0,
+        observations: 0,
+    };
     let outer = drive(outer, || {
         let out = drive(*inner, || rng.bernoulli(rate)).expect("validated above");
         if out.decision != Decision::Undecided {
             max_inner_n = max_inner_n.max(out.n);
         }
-        out.is_correct_for(rate)
+        let correct = out.is_correct_for(rate);
+        so_far.simulations += 1;
+        so_far.correct += u64::from(correct);
+        so_far.observations = so_far.observations.saturating_add(out.n);
+        progress(so_far);
+        correct
     })?;
     if max_inner_n == 0 {
         max_inner_n = inner.max_count;
@@ -102,6 +134,28 @@ mod tests {
         let report = power(0.97, &inner, &PowerOptions::default()).unwrap();
         assert_eq!(report.outer.decision, Decision::Below);
         assert!(report.outer.estimate < 0.2, "{:?}", report.outer);
+    }
+
+    /// The progress calls count every simulated driver, and their last call agrees with the
+    /// report.
+    #[test]
+    fn progress_counts_every_simulation() {
+        let inner = DriverConfig::band(0.4, 0.6, 1e-3).max_count(500);
+        let mut calls = Vec::new();
+        let report =
+            power_with_progress(0.7, &inner, &PowerOptions::default(), |p| calls.push(p)).unwrap();
+        assert_eq!(calls.len() as u64, report.outer.n);
+        let last = calls.last().unwrap();
+        assert_eq!(last.simulations, report.outer.n);
+        assert_eq!(last.correct, report.outer.successes);
+        assert!(calls
+            .windows(2)
+            .all(|w| w[1].simulations == w[0].simulations + 1
+                && w[1].observations > w[0].observations));
+        assert_eq!(
+            report,
+            power(0.7, &inner, &PowerOptions::default()).unwrap()
+        );
     }
 
     #[test]
