@@ -518,10 +518,12 @@ impl Gate {
 /// one's end, so that creating the threads, which takes as long as thousands of calls and
 /// varies from one pass to the next, is not counted as the allocator's. Ending a thread
 /// (where spindle-alloc hands its cached lists to the shared stacks, and mimalloc abandons
-/// its heap) is not counted either.
+/// its heap) is not counted either. `seed` picks the random and handoff workloads' sequence
+/// (each thread's from it).
 fn pass(
     a: &(dyn GlobalAlloc + Sync),
     work: Work<'_>,
+    seed: u64,
     floor: bool,
     times: &mut [Box<Times>],
     tables: &mut [Vec<(usize, usize)>],
@@ -538,7 +540,7 @@ fn pass(
         let mut threads = Vec::new();
         for (k, table) in tables.iter_mut().enumerate() {
             let (t, t2) = (ts.next().expect("times"), ts.next().expect("times"));
-            let seed = 0x9e37_79b9_7f4a_7c15 ^ (k as u64) << 32;
+            let seed = seed ^ (k as u64) << 32;
             let spawned = std::thread::Builder::new().spawn_scoped(s, move || {
                 if let Work::Handoff(n) = work {
                     return handoff(a, n, seed, t, t2, gate);
@@ -578,7 +580,11 @@ fn pass(
 
 /// Runs `work` on `threads` threads of allocator `who`, in the current process: the timed
 /// pass, then the untimed one for the throughput.
-fn run_work(who: Who, work: Work<'_>, threads: usize, floor: bool) -> Out {
+/// One trial of `work`. `seed` picks its random sequence: a trial of 15 000 calls (quick) that
+/// replayed the same sequence every time could be learnt by the branch predictors, as the
+/// `itoa` experiment's inputs were (see its `INPUTS`), so each trial, and its untimed pass,
+/// draws a sequence of its own from the same distribution.
+fn run_work(who: Who, work: Work<'_>, threads: usize, floor: bool, seed: u64) -> Out {
     let a = who.allocator();
     // Every allocator's first-use setup (spindle-alloc: its cache mode, region and slabs)
     // before the start, untimed; glibc's free memory inherited from the parent given back.
@@ -612,7 +618,7 @@ fn run_work(who: Who, work: Work<'_>, threads: usize, floor: bool) -> Out {
         ..Out::default()
     };
     let faults = minor_faults();
-    let timed_ns = pass(a, work, floor, &mut times, &mut tables).as_nanos() as u64;
+    let timed_ns = pass(a, work, seed, floor, &mut times, &mut tables).as_nanos() as u64;
     out.faults = minor_faults().saturating_sub(faults);
     out.hwm_kib = status_kib("VmHWM:");
     // The throughput: the same work again, its calls untimed (two rdtsc per call would add
@@ -623,7 +629,8 @@ fn run_work(who: Who, work: Work<'_>, threads: usize, floor: bool) -> Out {
         for t in &mut untimed {
             t.untimed = true;
         }
-        out.wall_ns = pass(a, work, floor, &mut untimed, &mut tables).as_nanos() as u64;
+        let seed = seed ^ 0x5bd1_e995_0000_0000;
+        out.wall_ns = pass(a, work, seed, floor, &mut untimed, &mut tables).as_nanos() as u64;
     }
     let mut hist = [0u64; BUCKETS];
     for t in &times {
@@ -683,6 +690,10 @@ fn in_child(
         )
     }
     .map_err(|e| format!("mmap: {e}"))? as *mut Out;
+    // Every trial its own random sequence (see `run_work`).
+    static TRIALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let trial = TRIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let seed = 0x9e37_79b9_7f4a_7c15 ^ trial.wrapping_mul(0xd6e8_feb8_6659_fd93);
     // SAFETY: fork; the child only runs the workload (allocations through glibc, which is
     // fork-safe, and through the contestant, which the parent never used) and `_exit`s.
     let pid = unsafe { fork() };
@@ -690,7 +701,7 @@ fn in_child(
         // A panic must not unwind into the parent's lab code (the child would go on running
         // it): it ends the child, which the parent reports.
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            run_work(who, work, threads, floor)
+            run_work(who, work, threads, floor, seed)
         }));
         // SAFETY: the shared page; then leave without unwinding or destructors.
         unsafe {
@@ -1035,7 +1046,7 @@ mod tests {
                 Work::Trace(&traces[0], 5000),
                 Work::Handoff(2000),
             ] {
-                let o = run_work(who, work, 2, false);
+                let o = run_work(who, work, 2, false, 0x9e37_79b9_7f4a_7c15);
                 assert!(o.calls >= 4000, "{} {}", who.id(), o.calls);
                 assert!(o.sum >= o.sum_cut && o.p999 > 0.0, "{}", who.id());
             }
