@@ -9,6 +9,35 @@ use crate::spec::{Claim, Plan, Section, Variant};
 /// Slots of the streaming channels (ping-pong uses one).
 const CAPACITY: usize = 1024;
 
+/// Copies of every contestant's code, each at its own addresses: the stream and the ping-pong
+/// are generic over the item type, and each copy sends its own [`Item`] type, so that the
+/// channel's code, the futures and tokio's task code for them are compiled once per copy.
+/// Where that code lands moves these tight loops by more than the differences measured: one
+/// lab build put kanal's current-thread stream at 6.6–6.9 ns an item and ours at 8.3–8.9
+/// (ratio 1.27), while four copies in one probe binary on the same machine gave ratios of
+/// 0.98–1.02 (2-vCPU Zen 4, 2026-11-27). Each sample runs every copy for an equal share of
+/// the items or round trips and adds up their times: the code's speed averaged over
+/// placements, where a user's own build draws one at random.
+const PLACES: usize = 4;
+
+/// The 8-byte item of copy `K` (see [`PLACES`]).
+#[derive(Clone, Copy)]
+struct Item<const K: usize>(#[allow(dead_code)] u64);
+
+/// Both halves of a [`Span`] added up.
+fn sum(spans: impl Iterator<Item = Span>) -> Span {
+    spans.fold(
+        Span {
+            ns: 0.0,
+            ticks: 0.0,
+        },
+        |a, b| Span {
+            ns: a.ns + b.ns,
+            ticks: a.ticks + b.ticks,
+        },
+    )
+}
+
 /// Which tokio runtime runs the two tasks.
 #[derive(Clone, Copy)]
 enum Runtime {
@@ -31,21 +60,21 @@ fn runtime(rt: Runtime) -> tokio::runtime::Runtime {
 struct AsyncRival {
     id: &'static str,
     label: &'static str,
-    /// `n` 8-byte items from one task to another.
-    stream: fn(u64, Runtime) -> Span,
-    /// `n` round trips between two tasks through two one-slot channels.
-    ping_pong: fn(u64, Runtime) -> Span,
+    /// `n` 8-byte items from one task to another, one function per copy ([`PLACES`]).
+    stream: [fn(u64, Runtime) -> Span; PLACES],
+    /// `n` round trips between two tasks through two one-slot channels, per copy.
+    ping_pong: [fn(u64, Runtime) -> Span; PLACES],
     /// The ids of the guarantees that compare Spindle's with it, one per section of
     /// [`SECTIONS`], in its order (unused for Spindle's own).
     claims: [&'static str; 4],
 }
 
-/// An [`AsyncRival`] from its channel constructor (`fn(capacity) -> (tx, rx)`) and how it sends
-/// `$v` on `$tx` and receives on `$rx` (expressions that `.await`).
+/// An [`AsyncRival`] from its channel constructor (`fn(capacity) -> (tx, rx)`, generic over the
+/// item type) and how it sends `$v` on `$tx` and receives on `$rx` (expressions that `.await`).
 macro_rules! async_rival {
     ($id:literal, $label:literal, $make:path, |$tx:ident, $v:ident| $send:expr, |$rx:ident| $recv:expr) => {{
         #[allow(unused_mut)]
-        fn stream(n: u64, rt: Runtime) -> Span {
+        fn stream<const K: usize>(n: u64, rt: Runtime) -> Span {
             let rt = runtime(rt);
             let ($tx, mut $rx) = $make(CAPACITY);
             time(|| {
@@ -55,7 +84,8 @@ macro_rules! async_rival {
                             std::hint::black_box($recv);
                         }
                     });
-                    for $v in 0..n {
+                    for i in 0..n {
+                        let $v = Item::<K>(i);
                         $send;
                     }
                     consumer.await.expect("the consumer task");
@@ -63,7 +93,7 @@ macro_rules! async_rival {
             })
         }
         #[allow(unused_mut)]
-        fn ping_pong(n: u64, rt: Runtime) -> Span {
+        fn ping_pong<const K: usize>(n: u64, rt: Runtime) -> Span {
             let rt = runtime(rt);
             let (ping_tx, ping_rx) = $make(1);
             let (pong_tx, pong_rx) = $make(1);
@@ -77,7 +107,8 @@ macro_rules! async_rival {
                         }
                     });
                     let ($tx, mut $rx) = (ping_tx, pong_rx);
-                    for $v in 0..n {
+                    for i in 0..n {
+                        let $v = Item::<K>(i);
                         $send;
                         std::hint::black_box($recv);
                     }
@@ -88,8 +119,13 @@ macro_rules! async_rival {
         AsyncRival {
             id: $id,
             label: $label,
-            stream,
-            ping_pong,
+            stream: [stream::<0>, stream::<1>, stream::<2>, stream::<3>],
+            ping_pong: [
+                ping_pong::<0>,
+                ping_pong::<1>,
+                ping_pong::<2>,
+                ping_pong::<3>,
+            ],
             claims: [
                 concat!("async-stream-ct-vs-", $id),
                 concat!("async-pingpong-ct-vs-", $id),
@@ -105,28 +141,28 @@ const RIVALS: &[AsyncRival] = &[
     async_rival!(
         "spindle",
         "Spindle mpmc, send_async / recv_async",
-        spindle_sync::mpmc::channel::<u64>,
+        spindle_sync::mpmc::channel,
         |tx, v| tx.send_async(v).await.expect("the receiver lives"),
         |rx| rx.recv_async().await.expect("the sender lives")
     ),
     async_rival!(
         "tokio",
         "tokio::sync::mpsc",
-        tokio::sync::mpsc::channel::<u64>,
+        tokio::sync::mpsc::channel,
         |tx, v| tx.send(v).await.expect("the receiver lives"),
         |rx| rx.recv().await.expect("the sender lives")
     ),
     async_rival!(
         "flume",
         "flume, send_async / recv_async",
-        flume::bounded::<u64>,
+        flume::bounded,
         |tx, v| tx.send_async(v).await.expect("the receiver lives"),
         |rx| rx.recv_async().await.expect("the sender lives")
     ),
     async_rival!(
         "kanal",
         "kanal bounded_async",
-        kanal::bounded_async::<u64>,
+        kanal::bounded_async,
         |tx, v| tx.send(v).await.expect("the receiver lives"),
         |rx| rx.recv().await.expect("the sender lives")
     ),
@@ -180,10 +216,17 @@ pub(super) fn sections(plan: &mut Plan<'_>) {
                 .baseline(format!("{}-tokio", sec.id)),
         );
         for r in RIVALS {
-            let run = if sec.stream { r.stream } else { r.ping_pong };
+            let copies = if sec.stream { r.stream } else { r.ping_pong };
             plan.variant(
                 Variant::per_op(sec.id, format!("{}-{}", sec.id, r.id), r.label, move |n| {
-                    run(n, rt)
+                    let share = n.div_ceil(PLACES as u64);
+                    let span = sum(copies.iter().map(|run| run(share, rt)));
+                    // Per operation: the runner divides by `n`.
+                    let scale = n as f64 / (share * PLACES as u64) as f64;
+                    Span {
+                        ns: span.ns * scale,
+                        ticks: span.ticks * scale,
+                    }
                 })
                 .threads(threads),
             );
