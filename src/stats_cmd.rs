@@ -474,11 +474,12 @@ pub fn power_cmd(args: PowerArgs) -> CliResult<u8> {
         }
         next = started.elapsed() + Duration::from_millis(250);
         shown = true;
+        // Short enough for an 80-column terminal (a line that wraps is not erased by `\r`).
         err!(
-            "\rstats power: {} simulated, {} decided correctly, {} observations drawn ({:.0} s)\x1b[K",
-            count(p.simulations, "driver", "drivers"),
+            "\rpower: {} drivers, {} correct, {:.3e} draws, {:.0} s\x1b[K",
+            p.simulations,
             p.correct,
-            p.observations,
+            p.observations as f64,
             started.elapsed().as_secs_f64()
         );
     });

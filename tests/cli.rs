@@ -90,7 +90,10 @@ fn usage_errors_exit_3_with_a_clear_message() {
             &["recorder", "dump", "/dev/null", "--since", "-5"][..],
             "at or after 1970",
         ),
-        (&["alloc", "replay", "x", "--threads", "-2"][..], "'-2'"),
+        (
+            &["alloc", "replay", "x", "--threads", "-2"][..],
+            "invalid value '-2'",
+        ),
         (&["no-such-subcommand"][..], ""),
     ] {
         let out = spindle(args);

@@ -292,21 +292,22 @@ fn store16(out: &mut [Out; 16], v: u128) {
 /// skips the zeros; the [`raw`] printers shift the zeros out instead, to start at byte 0.
 ///
 /// One store matters because the caller copies the string out at once (`extend_from_slice`:
-/// `memcpy` of a 9–16-byte string loads its first 8 and its last 8 bytes; of 4–8 bytes, its
-/// first and last 4). A load takes its bytes straight from a store still in flight only when
-/// that one store covers them all; a load that spans two stores waits until both have reached
-/// the cache, and with it every copy after it (lab `itoa`, ten digits and more). Seventeen to
-/// twenty digits (the top one to four, then sixteen) are two stores whatever their layout,
-/// since `memcpy`'s two 16-byte loads overlap.
+/// `memcpy` of an 8–15-byte string loads its first 8 and its last 8 bytes; of 4–7 bytes, its
+/// first and last 4; of 16–31, its first and last 16). A load takes its bytes straight from a
+/// store still in flight only when that one store covers them all; a load that spans two
+/// stores waits until both have reached the cache, and with it every copy after it (lab
+/// `itoa`, ten digits and more). Seventeen to twenty digits (the top one to four, then
+/// sixteen) are two stores whatever their layout, since `memcpy`'s two 16-byte loads overlap.
 ///
 /// Their size tests also split where `memcpy` does: glibc's branches on the length separate
 /// 1, 2–3, 4–7, 8–15 and 16–31 bytes, so these printers test `x < 10`, `< 10³`, `< 10⁷` and
 /// `< 10¹⁵` besides the splits their arithmetic needs. On numbers of random lengths, a
 /// predictor that has just seen which way the printer's own test went can then tell which way
 /// `memcpy`'s will go: one misprediction a number instead of two (the printer's test, on `x`
-/// itself, also resolves before `memcpy`'s, on a length computed from it). Lab `itoa` on a
-/// 2-vCPU Zen 4 (2026-11-27, inputs the predictor cannot learn): on sizes, counts and lengths
-/// the drop-in went from 0.83–0.91 × itoa's time to 0.71–0.82, `u32` and `u64`.
+/// itself, also resolves before `memcpy`'s, on a length computed from it). A `-` makes the
+/// string one byte longer than its digits: for negative numbers the classes are one off. Lab
+/// `itoa` on a 2-vCPU Zen 4 (2026-11-27, inputs the predictor cannot learn): on sizes, counts
+/// and lengths the drop-in went from 0.83–0.91 × itoa's time to 0.71–0.82, `u32` and `u64`.
 mod placed {
     use super::*;
     use core::ops::Range;
@@ -650,7 +651,7 @@ impl Buffer {
         // SAFETY: `place` stored every byte of the range it returns in this call, so they are
         // initialised and may be read as `u8` (same layout); each is an ASCII digit (`0x30`
         // plus a digit value 0..=9, see the crate documentation) or `-`, so they are valid
-        // UTF-8. Bytes past `n` may be uninitialised or NUL and are not part of the result.
+        // UTF-8. Bytes outside the range may be uninitialised or NUL and are not part of it.
         unsafe { core::str::from_utf8_unchecked(&*(digits as *const [u8])) }
     }
 }

@@ -580,10 +580,11 @@ fn pass(
 
 /// Runs `work` on `threads` threads of allocator `who`, in the current process: the timed
 /// pass, then the untimed one for the throughput.
-/// One trial of `work`. `seed` picks its random sequence: a trial of 15 000 calls (quick) that
-/// replayed the same sequence every time could be learnt by the branch predictors, as the
-/// `itoa` experiment's inputs were (see its `INPUTS`), so each trial, and its untimed pass,
-/// draws a sequence of its own from the same distribution.
+///
+/// `seed` picks the random and handoff workloads' sequence: a trial of 15 000 calls (quick)
+/// that replayed the same sequence every time could be learnt by the branch predictors, as
+/// the `itoa` experiment's inputs were (see its `INPUTS`), so each trial, and its untimed
+/// pass, draws a sequence of its own from the same distribution ([`trial_seed`]).
 fn run_work(who: Who, work: Work<'_>, threads: usize, floor: bool, seed: u64) -> Out {
     let a = who.allocator();
     // Every allocator's first-use setup (spindle-alloc: its cache mode, region and slabs)
@@ -669,15 +670,22 @@ extern "C" {
     fn _exit(code: i32) -> !;
 }
 
+/// The seed of a variant's `trial`-th trial: the same for every contestant's `trial`-th, so that
+/// the trials the runner pairs compare allocators on one sequence, and a new one each trial.
+fn trial_seed(trial: u64) -> u64 {
+    0x9e37_79b9_7f4a_7c15 ^ trial.wrapping_mul(0xd6e8_feb8_6659_fd93)
+}
+
 /// Runs one trial in a child process forked for it; the child writes its [`Out`] into a
 /// shared page and exits without running destructors. A child that crashes or takes longer
-/// than `limit` is reported as an error (and killed).
+/// than `limit` is reported as an error (and killed). `seed`: see [`run_work`].
 fn in_child(
     who: Who,
     work: Work<'_>,
     threads: usize,
     floor: bool,
     limit: Duration,
+    seed: u64,
 ) -> Result<Out, String> {
     use rustix::mm::{mmap_anonymous, munmap, MapFlags, ProtFlags};
     // SAFETY: a new shared anonymous page, unmapped below.
@@ -690,10 +698,6 @@ fn in_child(
         )
     }
     .map_err(|e| format!("mmap: {e}"))? as *mut Out;
-    // Every trial its own random sequence (see `run_work`).
-    static TRIALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let trial = TRIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let seed = 0x9e37_79b9_7f4a_7c15 ^ trial.wrapping_mul(0xd6e8_feb8_6659_fd93);
     // SAFETY: fork; the child only runs the workload (allocations through glibc, which is
     // fork-safe, and through the contestant, which the parent never used) and `_exit`s.
     let pid = unsafe { fork() };
@@ -801,6 +805,7 @@ pub fn replay_cli(
         threads,
         false,
         Duration::from_secs(600),
+        trial_seed(0),
     )?;
     let s = sample(&o);
     Ok([
@@ -937,9 +942,13 @@ impl Experiment for Alloc {
                 } else {
                     (format!("{id}-{}", who.id()), who.label().to_string())
                 };
+                // The k-th trial of every contestant draws the k-th sequence (the runner runs a
+                // claim's sides in step).
+                let mut trial = 0;
                 plan.variant(
                     Variant::fixed(id, vid, label, move || {
-                        match in_child(who, work, t, floor, limit) {
+                        trial += 1;
+                        match in_child(who, work, t, floor, limit, trial_seed(trial)) {
                             Ok(o) => sample(&o),
                             Err(e) => {
                                 let mut f = failure.lock().unwrap_or_else(|e| e.into_inner());
@@ -1013,6 +1022,7 @@ fn spindle_alloc_mode() -> String {
         1,
         false,
         Duration::from_secs(30),
+        trial_seed(0),
     ) {
         Ok(o) => String::from_utf8_lossy(&o.mode)
             .trim_end_matches('\0')
@@ -1046,7 +1056,7 @@ mod tests {
                 Work::Trace(&traces[0], 5000),
                 Work::Handoff(2000),
             ] {
-                let o = run_work(who, work, 2, false, 0x9e37_79b9_7f4a_7c15);
+                let o = run_work(who, work, 2, false, trial_seed(0));
                 assert!(o.calls >= 4000, "{} {}", who.id(), o.calls);
                 assert!(o.sum >= o.sum_cut && o.p999 > 0.0, "{}", who.id());
             }
@@ -1058,6 +1068,7 @@ mod tests {
             1,
             true,
             Duration::from_secs(60),
+            trial_seed(0),
         )
         .unwrap();
         let s = sample(&o);

@@ -75,6 +75,8 @@ macro_rules! async_rival {
     ($id:literal, $label:literal, $make:path, |$tx:ident, $v:ident| $send:expr, |$rx:ident| $recv:expr) => {{
         #[allow(unused_mut)]
         fn stream<const K: usize>(n: u64, rt: Runtime) -> Span {
+            // Keeps the copies from being merged into one function (their code is the same).
+            std::hint::black_box(K);
             let rt = runtime(rt);
             let ($tx, mut $rx) = $make(CAPACITY);
             time(|| {
@@ -94,6 +96,7 @@ macro_rules! async_rival {
         }
         #[allow(unused_mut)]
         fn ping_pong<const K: usize>(n: u64, rt: Runtime) -> Span {
+            std::hint::black_box(K);
             let rt = runtime(rt);
             let (ping_tx, ping_rx) = $make(1);
             let (pong_tx, pong_rx) = $make(1);
