@@ -166,6 +166,7 @@ struct Cli {
 enum Command {
     /// Run the lab: reproduce Spindle's performance claims on this machine, side by side with
     /// the alternatives, and write a report.
+    #[command(allow_negative_numbers = true)]
     Lab(LabArgs),
     /// Test a success-rate objective: run a command until the CSM decides whether
     /// "at least RATE of runs succeed".

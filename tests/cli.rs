@@ -94,6 +94,7 @@ fn usage_errors_exit_3_with_a_clear_message() {
             &["alloc", "replay", "x", "--threads", "-2"][..],
             "invalid value '-2'",
         ),
+        (&["lab", "--seed", "-2"][..], "invalid value '-2'"),
         (&["no-such-subcommand"][..], ""),
     ] {
         let out = spindle(args);
