@@ -306,8 +306,7 @@ fn store16(out: &mut [Out; 16], v: u128) {
 /// `memcpy`'s will go: one misprediction a number instead of two (the printer's test, on `x`
 /// itself, also resolves before `memcpy`'s, on a length computed from it). A `-` makes the
 /// string one byte longer than its digits: for negative numbers the classes are one off. Lab
-/// `itoa` on a 2-vCPU Zen 4 (2026-11-27, inputs the predictor cannot learn): on sizes, counts
-/// and lengths the drop-in went from 0.83–0.91 × itoa's time to 0.71–0.82, `u32` and `u64`.
+/// `itoa` measures the effect against the `itoa` crate (`docs/results.md`, section *itoa*).
 mod placed {
     use super::*;
     use core::ops::Range;

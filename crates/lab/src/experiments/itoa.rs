@@ -37,13 +37,11 @@ use crate::spec::{Claim, Info, Metric, Plan, Sample, Section, Variant};
 pub struct Itoa;
 
 /// Inputs per distribution: 256 Ki, read in a circle (see [`pass`]). Branch predictors learn
-/// far longer sequences than one would think when a benchmark repeats them: on a 2-vCPU Zen 4,
-/// the copy alone on the "counts" distribution took less than half as long a number with the
-/// same 8 Ki random inputs printed over and over as with 64 Ki or more (the predictor had
-/// learnt 8 Ki numbers' lengths, which no program printing fresh data sees; measured with a
-/// probe of these loops, 2026-11-27: 4.5–4.8 ns against 11.9–12.0). The lab used 8 Ki until
-/// then. The inputs stream through the caches (2 MiB a distribution), which the prefetchers
-/// keep up with.
+/// far longer sequences than one would think when a benchmark repeats them: with the 8 Ki
+/// inputs the lab printed over and over until commit 967ef5a, one of them had learnt the
+/// numbers' lengths, which no program printing fresh data sees (that commit's message has
+/// the probe's figures). The inputs stream through the caches (2 MiB a distribution), which
+/// the prefetchers keep up with.
 const INPUTS: usize = 1 << 18;
 
 /// Numbers appended to the output between two `clear`s, as a writer flushes its buffer: the
@@ -208,12 +206,10 @@ impl Printer for Std {
 /// address. Where a loop's code lands can change its speed by a fifth or more, by different
 /// amounts for each printer (how its branches and `memcpy`'s share the predictors, how its
 /// instructions fall into fetch blocks), so that one build's placement can make either
-/// printer look 1.2 × as fast as the other (a probe of these loops on a 2-vCPU Zen 4,
-/// 2026-11-27, 8 Ki inputs: eight copies of the drop-in took 3.5–5.1 ns a number on "small",
-/// and eight of itoa's 3.8–4.7 ns on "hundreds", where ours stayed at 4.2).
-/// Each sample therefore times every copy for an equal share of the numbers and reports the
-/// mean: the speed of the code averaged over placements, where a user's own build draws one
-/// placement at random.
+/// printer look 1.2 × as fast as the other (a probe of eight copies of these loops, before
+/// commit 967ef5a). Each sample therefore times every copy for an equal share of the numbers
+/// and reports the mean: the speed of the code averaged over placements, where a user's own
+/// build draws one placement at random.
 const PLACES: usize = 8;
 
 /// Prints `n` numbers of `xs`, from `*at` on and round in a circle, into `out` (emptied every
@@ -469,7 +465,7 @@ fn dropin_reach(r: &mut ExperimentResult) {
             // The copy row is a floor only where the drop-in is not faster than it. With inputs
             // the predictors cannot learn, branch mispredictions dominate both, and how early
             // each resolves matters more than the work: the drop-in can come out faster than
-            // the copy alone (on a Zen 4, on "small" and "ids"), and then the row bounds nothing.
+            // the copy alone, and then the row bounds nothing.
             if floor.is_nan() || floor <= 1.0 / 1.2 || ours.is_nan() || ours < copy {
                 continue;
             }

@@ -12,12 +12,11 @@ const CAPACITY: usize = 1024;
 /// Copies of every contestant's code, each at its own addresses: the stream and the ping-pong
 /// are generic over the item type, and each copy sends its own [`Item`] type, so that the
 /// channel's code, the futures and tokio's task code for them are compiled once per copy.
-/// Where that code lands moves these tight loops by more than the differences measured: one
-/// lab build put kanal's current-thread stream at 6.6–6.9 ns an item and ours at 8.3–8.9
-/// (ratio 1.27), while four copies in one probe binary on the same machine gave ratios of
-/// 0.98–1.02 (2-vCPU Zen 4, 2026-11-27). Each sample runs every copy for an equal share of
-/// the items or round trips and adds up their times: the code's speed averaged over
-/// placements, where a user's own build draws one at random.
+/// Where that code lands moves these tight loops by more than the differences measured (one
+/// build's placement had made the current-thread stream look a quarter slower than kanal's
+/// where copies of it in one probe binary were at parity; commit aa1e56f). Each sample runs
+/// every copy for an equal share of the items or round trips and adds up their times: the
+/// code's speed averaged over placements, where a user's own build draws one at random.
 const PLACES: usize = 4;
 
 /// The 8-byte item of copy `K` (see [`PLACES`]).
