@@ -49,9 +49,10 @@
 //!    then reads back at once (the module `placed` says why that matters).
 //! 6. **Beyond 10⁸** the low eight digits are printed in full after the high part, itself
 //!    printed by steps 1–5: a pair for `u32` (`u32::MAX < 43·10⁸`). A `u64` that fits 32 bits
-//!    takes the `u32` path; a larger one is split into its top digits above 10¹⁶ (up to four)
-//!    and four groups of four below, each group computed from `x` itself (`x / 10⁴ᵏ mod 10⁴`:
-//!    four independent multiplications instead of a chain of divisions by 10⁸ and 10⁴). On
+//!    takes the `u32` path (`Buffer::format`: every `u64` of up to ten digits); a larger one
+//!    is split into its top digits above 10¹⁶ (up to four) and four groups of four below,
+//!    each group computed from `x` itself (`x / 10⁴ᵏ mod 10⁴`: four independent
+//!    multiplications instead of a chain of divisions by 10⁸ and 10⁴). On
 //!    x86-64 the four groups go through steps 2–4 together, on eight 16-bit lanes of an SSE2
 //!    register (the x86-64 baseline) instead of four lanes of a general register: half the
 //!    multiplications for sixteen digits. Below 10¹⁶ the leading zeros are then shifted out
@@ -96,11 +97,14 @@
 //! The printers write `MaybeUninit<u8>` bytes, so that [`Buffer::new`] and [`append`] need not
 //! zero the scratch space first, and they only ever store initialised bytes. Three `unsafe`
 //! blocks rest on that, each with its argument beside it: viewing a caller's `[u8; N]` as
-//! `[MaybeUninit<u8>; N]` ([`raw`]); reading the `n` bytes just written as a `&str`
-//! ([`Buffer::format`]: all are ASCII digits or `-`); and `Vec::set_len` over the `n` bytes
-//! written into reserved spare capacity ([`append`]). Every store is a bounds-checked slice
-//! copy, or a 16-byte SSE2 store into a `&mut [MaybeUninit<u8>; 16]`; the compiler removes
-//! the checks it can prove. The other SSE2 intrinsics only compute on registers.
+//! `[MaybeUninit<u8>; N]` ([`raw`]); reading the bytes just written as a `&str`
+//! ([`Buffer::format`]: all are ASCII digits or `-`, in a range its printers return within
+//! the buffer); and `Vec::set_len` over the `n` bytes written into reserved spare capacity
+//! ([`append`]). Every store is a bounds-checked slice copy, a 16-byte SSE2 store into a
+//! `&mut [MaybeUninit<u8>; 16]`, or (`Buffer::format`'s seventeen to twenty digits, where
+//! `cpuid` reports AVX) one 32-byte AVX store into a `&mut [MaybeUninit<u8>; 32]`, in inline
+//! assembly; the compiler removes the checks it can prove. The SSE2 intrinsics only compute
+//! on registers.
 #![no_std]
 
 extern crate alloc;
@@ -132,6 +136,22 @@ fn two(x: u32) -> u16 {
     debug_assert!(x < 100);
     let tens = (x * 103) >> 10;
     ((x << 8) - 2559 * tens + 0x3030) as u16
+}
+
+/// `100 ≤ x < 1000` as three ASCII digits in the low bytes (a NUL after them), one digit at a
+/// time from a fixed-point fraction: `t = x · 5243` is `x / 100` in its bits 19 and up and
+/// `(x mod 100) / 100` in the 19 below; multiplying those by 5 and taking one bit fewer
+/// (× 10 / 2) brings out the next digit each time. A chain of one multiply and four
+/// single-cycle steps, where dividing by 100 and then splitting the rest by 10 takes three
+/// multiplies in a row (the three-digit numbers' cost is that chain: the caller's copy waits
+/// for the store).
+#[inline(always)]
+fn three(x: u32) -> u32 {
+    debug_assert!((100..1000).contains(&x));
+    let t = x * 5243;
+    let f = (t & ((1 << 19) - 1)) * 5; // the tenths of the fraction, in bits 18 and up
+    let g = (f & ((1 << 18) - 1)) * 5; // the hundredths, in bits 17 and up
+    ((t >> 19) | (f >> 18) << 8 | (g >> 17) << 16) + 0x30_3030
 }
 
 /// `x < 10⁴` as four BCD bytes, most significant digit in the low byte, leading zeros kept.
@@ -286,6 +306,92 @@ fn store16(out: &mut [Out; 16], v: u128) {
     out.copy_from_slice(&v.to_le_bytes().map(Out::new));
 }
 
+/// AVX, found at run time (the crate is built for the x86-64 baseline, which lacks it), for
+/// one store that `placed` needs: twenty bytes at once.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+mod avx {
+    use super::Out;
+    use core::arch::asm;
+    use core::arch::x86_64::*;
+    use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
+
+    /// 0: not asked yet, 1: no AVX, 2: AVX. Every thread that finds 0 asks and stores the same
+    /// answer: no ordering needed.
+    pub(super) static STATE: AtomicU8 = AtomicU8::new(0);
+
+    /// Whether the CPU has AVX and the kernel saves the upper halves of the YMM registers.
+    #[inline(always)]
+    pub(super) fn available() -> bool {
+        if cfg!(target_feature = "avx") {
+            return true;
+        }
+        match STATE.load(Relaxed) {
+            0 => detect(),
+            state => state == 2,
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn detect() -> bool {
+        // Every x86-64 CPU has `cpuid` and its leaf 1.
+        let leaf1 = __cpuid(1);
+        let (osxsave, avx) = (leaf1.ecx & 1 << 27 != 0, leaf1.ecx & 1 << 28 != 0);
+        let found = osxsave && avx && {
+            let xcr0: u32;
+            // SAFETY: OSXSAVE set means the kernel enabled `xgetbv`; register 0 is XCR0.
+            unsafe {
+                asm!("xgetbv", in("ecx") 0, out("eax") xcr0, out("edx") _,
+                     options(nomem, nostack, preserves_flags));
+            }
+            // The kernel saves the SSE (bit 1) and upper YMM (bit 2) registers.
+            xcr0 & 0b110 == 0b110
+        };
+        STATE.store(1 + u8::from(found), Relaxed);
+        found
+    }
+
+    /// `top`, then `digits`, at `out[0..20]`, in one 32-byte store (NUL bytes after them).
+    /// Callers check [`available`] first, and are never inlined (`placed::u64_large`): see
+    /// `vzeroupper` below.
+    #[inline(always)]
+    pub(super) fn store20(out: &mut [Out; 32], top: u32, digits: u128) {
+        let (lo, hi);
+        // SAFETY: SSE2 is part of the x86-64 baseline; these intrinsics only compute.
+        unsafe {
+            let d = _mm_set_epi64x((digits >> 64) as i64, digits as i64);
+            lo = _mm_or_si128(_mm_slli_si128::<4>(d), _mm_cvtsi32_si128(top as i32));
+            hi = _mm_srli_si128::<12>(d);
+        }
+        let to = out.as_mut_ptr();
+        // SAFETY: the caller found AVX (`available`); `to` is 32 writable bytes and `vmovdqu`
+        // takes any alignment. `lo`'s register, upper half included, is declared clobbered.
+        // Built without AVX, this crate's code uses no YMM register, and its caller, a
+        // function of its own, keeps no vector register live across the call (the ABI saves
+        // none): `vzeroupper` may clear every upper half, and must, as legacy SSE code after
+        // a dirty upper half runs slower (on Zen 4 too: the commit that added this store
+        // measured it). Built with AVX, all code is VEX-encoded and the compiler manages the
+        // upper halves itself.
+        unsafe {
+            #[cfg(not(target_feature = "avx"))]
+            asm!(
+                "vinsertf128 {lo:y}, {lo:y}, {hi:x}, 1",
+                "vmovdqu ymmword ptr [{to}], {lo:y}",
+                "vzeroupper",
+                lo = inout(xmm_reg) lo => _, hi = in(xmm_reg) hi, to = in(reg) to,
+                options(nostack, preserves_flags),
+            );
+            #[cfg(target_feature = "avx")]
+            asm!(
+                "vinsertf128 {lo:y}, {lo:y}, {hi:x}, 1",
+                "vmovdqu ymmword ptr [{to}], {lo:y}",
+                lo = inout(xmm_reg) lo => _, hi = in(xmm_reg) hi, to = in(reg) to,
+                options(nostack, preserves_flags),
+            );
+        }
+    }
+}
+
 /// The printers behind [`Buffer::format`], which may hand out its digits from anywhere in its
 /// buffer (`itoa::Buffer` prints backwards and returns the tail). They store a number's digits
 /// with its leading zero digits, up to sixteen bytes in one store, and return the range that
@@ -297,7 +403,10 @@ fn store16(out: &mut [Out; 16], v: u128) {
 /// store still in flight only when that one store covers them all; a load that spans two
 /// stores waits until both have reached the cache, and with it every copy after it (lab
 /// `itoa`, ten digits and more). Seventeen to twenty digits (the top one to four, then
-/// sixteen) are two stores whatever their layout, since `memcpy`'s two 16-byte loads overlap.
+/// sixteen) are more than one 16-byte store holds, and `memcpy`'s two 16-byte loads overlap:
+/// whatever the layout of two stores, one load spans both. Where the CPU has AVX (found at run
+/// time: the crate is built for the x86-64 baseline), they are one 32-byte store; elsewhere
+/// two, and the copy waits.
 ///
 /// Their size tests also split where `memcpy` does: glibc's branches on the length separate
 /// 1, 2–3, 4–7, 8–15 and 16–31 bytes, so these printers test `x < 10`, `< 10³`, `< 10⁷` and
@@ -322,58 +431,69 @@ mod placed {
     /// `x` within `out`'s first 16 bytes.
     #[inline(always)]
     pub(crate) fn u32(out: &mut [Out; 16], x: u32) -> Range<usize> {
+        // u32::MAX < 10¹⁰: the compiler drops the last test and the call.
+        sizes(out, u64::from(x), |_| unreachable!())
+    }
+
+    /// `x` within `out`'s first 20 bytes: up to ten digits inline, with the same tests in the
+    /// same order as [`u32`] (small numbers run the same instructions), more in a call.
+    #[inline(always)]
+    pub(crate) fn u64(out: &mut [Out; 32], x: u64) -> Range<usize> {
+        sizes(out, x, |out| u64_large(out, x))
+    }
+
+    /// `x` by its size: up to ten digits within `out`'s first 16 bytes (`N ≥ 16`), larger by
+    /// `beyond`.
+    #[inline(always)]
+    fn sizes<const N: usize>(
+        out: &mut [Out; N],
+        x: u64,
+        beyond: impl FnOnce(&mut [Out; N]) -> Range<usize>,
+    ) -> Range<usize> {
         if x < 10 {
             out[0].write(b'0' + x as u8);
             return 0..1;
         }
+        // Below 10⁸ the digits fit 32-bit arithmetic.
+        let y = x as u32;
         if x < 100 {
-            put2(out, 0, two(x));
+            put2(out, 0, two(y));
             return 0..2;
         }
+        if x >= 10_000_000_000 {
+            return beyond(out);
+        }
         if x < 1_000 {
-            let d = (x * 5243) >> 19; // x / 100
-            put4(
-                out,
-                0,
-                (u32::from(b'0') + d) | u32::from(two(x - 100 * d)) << 8,
-            );
+            put4(out, 0, three(y));
             return 0..3;
         }
         if x < 10_000 {
-            put4(out, 0, bcd4(x) + ZEROS as u32);
+            put4(out, 0, bcd4(y) + ZEROS as u32);
             return 0..4;
         }
         // x ≥ 10⁴: every BCD word below has a non-zero byte (see `strip8`).
         if x < 10_000_000 {
-            let bcd = bcd8(x);
+            let bcd = bcd8(y);
             put8(out, 0, bcd + ZEROS);
             return (bcd.trailing_zeros() / 8) as usize..8;
         }
         if x < 100_000_000 {
-            put8(out, 0, bcd8(x) + ZEROS);
+            put8(out, 0, bcd8(y) + ZEROS);
             return 0..8;
         }
         // Nine or ten digits: the high pair zero-padded to eight, then the low eight.
         let hi = x / 100_000_000;
-        sixteen(out, hi, x - hi * 100_000_000)..16
+        sixteen(at16(out, 0), hi as u32, (x - hi * 100_000_000) as u32)..16
     }
 
-    /// `x` within `out`'s first 20 bytes; values that fit 32 bits inlined, as in `raw`.
-    #[inline(always)]
-    pub(crate) fn u64(out: &mut [Out; 20], x: u64) -> Range<usize> {
-        match u32::try_from(x) {
-            Ok(x) => u32(out.first_chunk_mut().expect("20 ≥ 16"), x),
-            Err(_) => u64_large(out, x),
-        }
-    }
-
-    /// `x > u32::MAX`, not inlined for the reason [`raw::u64_large_into`] gives.
+    /// `x ≥ 10¹⁰`, eleven digits or more, not inlined for the reason
+    /// [`raw::u64_large_into`] gives.
     #[inline(never)]
-    fn u64_large(out: &mut [Out; 20], x: u64) -> Range<usize> {
+    fn u64_large(out: &mut [Out; 32], x: u64) -> Range<usize> {
+        debug_assert!(x >= 10_000_000_000);
         let groups = groups_of(x);
         if x < 1_000_000_000_000_000 {
-            // 10 to 15 digits (x ≥ 2³² > 42·10⁸: a non-zero digit among the first eight
-            // bytes).
+            // 11 to 15 digits: a non-zero digit among the first eight bytes.
             let v = groups16(groups);
             store16(at16(out, 0), v);
             return ((v as u64 ^ ZEROS).trailing_zeros() / 8) as usize..16;
@@ -384,9 +504,23 @@ mod placed {
         }
         // The top one to four digits (u64::MAX < 1845·10¹⁶), then sixteen.
         let top = bcd4((x / 10_000_000_000_000_000) as u32);
-        put4(out, 0, top + ZEROS as u32);
-        store16(at16(out, 4), groups16(groups));
+        twenty(out, top + ZEROS as u32, groups16(groups));
         (top.trailing_zeros() / 8) as usize..20
+    }
+
+    /// The 4 bytes `top`, then the 16 bytes `digits`, at `out[0..20]`: in one 32-byte store
+    /// where the CPU has AVX, so that `memcpy`'s two overlapping 16-byte loads of a 17- to
+    /// 20-byte string each take their bytes from that one store (see the module header); two
+    /// stores otherwise, and then the first of those loads waits for both to reach the cache.
+    #[inline(always)]
+    fn twenty(out: &mut [Out; 32], top: u32, digits: u128) {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        if avx::available() {
+            avx::store20(out, top, digits);
+            return;
+        }
+        put4(out, 0, top);
+        store16(at16(out, 4), digits);
     }
 
     /// The magnitude's digits placed by `digits` in `out[1..]`, and a `-` just before them
@@ -646,7 +780,9 @@ impl Buffer {
     #[inline(always)]
     pub fn format<I: Integer>(&mut self, i: I) -> &str {
         let r = i.place(&mut self.bytes);
-        let digits: *const [Out] = &self.bytes[r];
+        debug_assert!(r.start < r.end && r.end <= BUFFER_LEN);
+        // SAFETY: `place` returns a range within its buffer.
+        let digits: *const [Out] = unsafe { self.bytes.get_unchecked(r) };
         // SAFETY: `place` stored every byte of the range it returns in this call, so they are
         // initialised and may be read as `u8` (same layout); each is an ASCII digit (`0x30`
         // plus a digit value 0..=9, see the crate documentation) or `-`, so they are valid
@@ -766,6 +902,44 @@ mod tests {
             assert_eq!((v * 5243) >> 19, v / 100, "{v}");
         }
         assert_ne!((43_699 * 5243) >> 19, 43_699 / 100);
+    }
+
+    /// `Buffer::format`'s seventeen to twenty digits both ways: in one AVX store where the CPU
+    /// has it, and in two stores (forced here by setting the detector's answer).
+    #[test]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    fn twenty_digits_with_and_without_avx() {
+        let mut buf = Buffer::new();
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut values = std::vec![10_000_000_000_000_000, u64::MAX, i64::MAX as u64];
+        values.extend((0..20_000).map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.max(10_000_000_000_000_000)
+        }));
+        for state in [1, 2] {
+            if state == 2 && !avx::available() {
+                continue;
+            }
+            avx::STATE.store(state, core::sync::atomic::Ordering::Relaxed);
+            for &v in &values {
+                assert_eq!(buf.format(v), v.to_string(), "state {state}");
+                let n = -((v >> 1) as i64);
+                assert_eq!(buf.format(n), n.to_string(), "state {state}");
+            }
+        }
+        avx::STATE.store(0, core::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The digit-at-a-time fraction of `three`, on every three-digit number.
+    #[test]
+    fn three_digits_from_one_fraction() {
+        for x in 100..1000u32 {
+            let bytes = three(x).to_le_bytes();
+            assert_eq!(&bytes[..3], std::format!("{x}").as_bytes(), "{x}");
+            assert_eq!(bytes[3], 0, "{x}");
+        }
     }
 
     /// The four-digit groups of 64-bit values, each from `x` alone, at the edges of the
