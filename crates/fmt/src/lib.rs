@@ -420,12 +420,12 @@ mod placed {
     use super::*;
     use core::ops::Range;
 
-    /// `digits16(a, b)` stored whole at `out[0..16]`; returns how many leading `0`s it has.
+    /// How many of `bounds` `x` reaches: where its string starts, computed from `x` by
+    /// comparisons (a cycle or two) rather than from the digits (after all their
+    /// arithmetic), so that the caller's copy has its address and length early.
     #[inline(always)]
-    fn sixteen(out: &mut [Out; 16], a: u32, b: u32) -> usize {
-        let v = digits16(a, b);
-        store16(out, v);
-        ((v as u64 ^ ZEROS).trailing_zeros() / 8) as usize
+    fn above<const N: usize>(x: u64, bounds: [u64; N]) -> usize {
+        bounds.iter().map(|&b| usize::from(x >= b)).sum()
     }
 
     /// `x` within `out`'s first 16 bytes.
@@ -473,9 +473,8 @@ mod placed {
         }
         // x ≥ 10⁴: every BCD word below has a non-zero byte (see `strip8`).
         if x < 10_000_000 {
-            let bcd = bcd8(y);
-            put8(out, 0, bcd + ZEROS);
-            return (bcd.trailing_zeros() / 8) as usize..8;
+            put8(out, 0, bcd8(y) + ZEROS);
+            return 3 - above(x, [100_000, 1_000_000])..8;
         }
         if x < 100_000_000 {
             put8(out, 0, bcd8(y) + ZEROS);
@@ -483,7 +482,11 @@ mod placed {
         }
         // Nine or ten digits: the high pair zero-padded to eight, then the low eight.
         let hi = x / 100_000_000;
-        sixteen(at16(out, 0), hi as u32, (x - hi * 100_000_000) as u32)..16
+        store16(
+            at16(out, 0),
+            digits16(hi as u32, (x - hi * 100_000_000) as u32),
+        );
+        7 - above(x, [1_000_000_000])..16
     }
 
     /// `x ≥ 10¹⁰`, eleven digits or more, not inlined for the reason
