@@ -409,13 +409,16 @@ mod avx {
 /// two, and the copy waits.
 ///
 /// Their size tests also split where `memcpy` does: glibc's branches on the length separate
-/// 1, 2–3, 4–7, 8–15 and 16–31 bytes, so these printers test `x < 10`, `< 10³`, `< 10⁷` and
-/// `< 10¹⁵` besides the splits their arithmetic needs. On numbers of random lengths, a
-/// predictor that has just seen which way the printer's own test went can then tell which way
-/// `memcpy`'s will go: one misprediction a number instead of two (the printer's test, on `x`
-/// itself, also resolves before `memcpy`'s, on a length computed from it). A `-` makes the
-/// string one byte longer than its digits: for negative numbers the classes are one off. Lab
-/// `itoa` measures the effect against the `itoa` crate (`docs/results.md`, section *itoa*).
+/// 1, 2–3, 4–7, 8–15 and 16–31 bytes, so these printers test `x < 10³`, `< 10⁷` and `< 10¹⁵`
+/// besides the splits their arithmetic needs. On numbers of random lengths, a predictor that
+/// has just seen which way the printer's own test went can then tell which way `memcpy`'s
+/// will go: one misprediction a number instead of two (the printer's test, on `x` itself,
+/// also resolves before `memcpy`'s, on a length computed from it). The exception is one digit
+/// against two: both are one store of the same two bytes, and only the start differs
+/// (`x < 10` as a number, no branch), which left `memcpy`'s test alone with the
+/// misprediction and measured faster (the commit that made it says how much). A `-` makes
+/// the string one byte longer than its digits: for negative numbers the classes are one off.
+/// Lab `itoa` measures the effect against the `itoa` crate (`docs/results.md`, *itoa*).
 mod placed {
     use super::*;
     use core::ops::Range;
@@ -450,15 +453,12 @@ mod placed {
         x: u64,
         beyond: impl FnOnce(&mut [Out; N]) -> Range<usize>,
     ) -> Range<usize> {
-        if x < 10 {
-            out[0].write(b'0' + x as u8);
-            return 0..1;
-        }
         // Below 10⁸ the digits fit 32-bit arithmetic.
         let y = x as u32;
         if x < 100 {
+            // One digit is the units byte of "0d": no branch of its own (see above).
             put2(out, 0, two(y));
-            return 0..2;
+            return usize::from(x < 10)..2;
         }
         if x >= 10_000_000_000 {
             return beyond(out);
