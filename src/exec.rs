@@ -1,11 +1,14 @@
-//! Running a user's command (no shell), timing it, and killing it at a timeout.
+//! Running a user's command (no shell), timing it, and killing it (and what it started) at a
+//! timeout.
 
 use std::ffi::{OsStr, OsString};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use rustix::process::{PidfdFlags, Signal};
+use std::os::fd::OwnedFd;
+
+use rustix::process::{Pid, PidfdFlags, Signal};
 
 use crate::exit::CliError;
 
@@ -115,7 +118,8 @@ impl CommandLine {
     pub fn run(&self, timeout: Option<Duration>) -> Result<Run, CliError> {
         let start = Instant::now();
         let mut child = self.spawn()?;
-        let Some(timeout) = timeout else {
+        // (A child's pid is never 0.)
+        let (Some(timeout), Some(pid)) = (timeout, Pid::from_raw(child.id() as i32)) else {
             let status = wait(&mut child, &self.program)?;
             return Ok(Run {
                 end: end_of(status),
@@ -124,42 +128,106 @@ impl CommandLine {
         };
         // A pidfd names this very process even after it exits, so the kill below cannot hit a
         // recycled pid. Kernels before 5.3 lack pidfd_open; there we fall back to kill(2).
-        let pid = rustix::process::Pid::from_raw(child.id() as i32);
-        let pidfd = pid.and_then(|p| rustix::process::pidfd_open(p, PidfdFlags::empty()).ok());
-        // Reap in a helper thread so that the measured time is not quantised by polling.
+        let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).ok();
+        // Wait in a helper thread so that the measured time is not quantised by polling. It
+        // only waits for the exit (`WNOWAIT`); this thread reaps, after any `kill_tree`, so
+        // that the child's pid, which names the tree, stays taken until then.
         let (tx, rx) = mpsc::channel();
         let waiter = std::thread::spawn(move || {
-            let status = child.wait();
-            let _ = tx.send((status, start.elapsed()));
+            let options =
+                rustix::process::WaitIdOptions::EXITED | rustix::process::WaitIdOptions::NOWAIT;
+            while let Err(rustix::io::Errno::INTR) =
+                rustix::process::waitid(rustix::process::WaitId::Pid(pid), options)
+            {}
+            let _ = tx.send(start.elapsed());
         });
-        match rx.recv_timeout(timeout) {
-            Ok((status, elapsed)) => {
-                let _ = waiter.join();
-                let status = status.map_err(|e| reap_error(&self.program, e))?;
-                Ok(Run {
-                    end: end_of(status),
-                    elapsed,
-                })
-            }
+        let (end, elapsed) = match rx.recv_timeout(timeout) {
+            Ok(elapsed) => (None, elapsed),
             Err(_) => {
-                // SIGKILL the child; the waiter then reaps it. What the child started (the
-                // command of an `sh -c`) is not killed with it: it runs in spindle's process
-                // group, so that the terminal's signals (Ctrl-C, hangup, Ctrl-Z) and its
-                // input reach it as they reach spindle; `--timeout`'s help says to `exec`.
-                match (&pidfd, pid) {
-                    (Some(fd), _) => drop(rustix::process::pidfd_send_signal(fd, Signal::KILL)),
-                    (None, Some(pid)) => drop(rustix::process::kill_process(pid, Signal::KILL)),
-                    (None, None) => {}
-                }
+                // Kill the child and what it started (see `kill_tree`).
+                kill_tree(pid, pidfd);
                 let _ = rx.recv();
-                let _ = waiter.join();
-                Ok(Run {
-                    end: RunEnd::TimedOut,
-                    elapsed: start.elapsed(),
-                })
+                (Some(RunEnd::TimedOut), start.elapsed())
+            }
+        };
+        let _ = waiter.join();
+        let status = wait(&mut child, &self.program)?;
+        Ok(Run {
+            end: end.unwrap_or(end_of(status)),
+            elapsed,
+        })
+    }
+}
+
+/// Kills `root` (our child, not yet reaped) and every process descended from it.
+///
+/// The command runs in spindle's process group, so that the terminal's signals (Ctrl-C,
+/// hangup, Ctrl-Z) and its input reach it as they reach spindle: a signal to a group of its
+/// own would need that group to be the terminal's foreground. So the tree is found from
+/// `/proc`, parent by parent, and frozen before it is killed: `root` is stopped first, then
+/// every process whose parent is in the tree, round after round until a round finds no new
+/// one. A stopped process neither forks nor reaps, so the tree stops growing and no pid in it
+/// can be freed and reused meanwhile; then all are killed at once (a child killed before its
+/// parent could otherwise be replaced by a fork, and a parent killed first would hand its
+/// children to `init`, out of sight). Each process is signalled through a pidfd opened
+/// before its parent is checked again, so that a pid reused between the scan and the signal
+/// is never hit; kernels without pidfds (before 5.3) get `kill` on the pid just checked.
+/// Processes that left the tree before the timeout (daemons, re-parented to `init`) are not
+/// found.
+fn kill_tree(root: Pid, root_fd: Option<OwnedFd>) {
+    let signal = |pid: Pid, fd: &Option<OwnedFd>, sig: Signal| match fd {
+        Some(fd) => drop(rustix::process::pidfd_send_signal(fd, sig)),
+        None => drop(rustix::process::kill_process(pid, sig)),
+    };
+    signal(root, &root_fd, Signal::STOP);
+    let mut tree = vec![(root, root_fd)];
+    // Bounded: a command that forks faster than the rounds find its children still loses
+    // the processes found, and the rest go on as before this function.
+    for _ in 0..64 {
+        let mut grew = false;
+        for (pid, parent) in processes() {
+            let known = |p: Pid| tree.iter().any(|&(q, _)| q == p);
+            if !known(parent) || known(pid) {
+                continue;
+            }
+            let fd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).ok();
+            // Still the child of a stopped process of the tree: the pidfd, opened before
+            // this check, names that process.
+            if parent_of(pid) == Some(parent) {
+                signal(pid, &fd, Signal::STOP);
+                tree.push((pid, fd));
+                grew = true;
             }
         }
+        if !grew {
+            break;
+        }
     }
+    for (pid, fd) in &tree {
+        signal(*pid, fd, Signal::KILL);
+    }
+}
+
+/// Every process in `/proc` with its parent.
+fn processes() -> Vec<(Pid, Pid)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid = Pid::from_raw(e.file_name().to_str()?.parse().ok()?)?;
+            Some((pid, parent_of(pid)?))
+        })
+        .collect()
+}
+
+/// The parent of `pid`, from `/proc/PID/stat` (its fourth field, after the command name in
+/// parentheses, which may itself hold spaces and parentheses).
+fn parent_of(pid: Pid) -> Option<Pid> {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero())).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let ppid = rest.split_whitespace().nth(1)?.parse().ok()?;
+    Pid::from_raw(ppid)
 }
 
 /// One word as a POSIX shell would need it: quoted when it holds blanks or quotes.

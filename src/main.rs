@@ -404,8 +404,8 @@ struct SloCli {
     /// Give up (exit 2) after this many runs.
     #[arg(long, default_value_t = 100_000, value_parser = positive_count_parser)]
     max_runs: u64,
-    /// Kill a run after this long (it counts as a failure). Only the command itself is killed:
-    /// with sh -c, write sh -c 'exec CMD' so that the shell becomes the command.
+    /// Kill a run after this long (it counts as a failure): the command and every process it
+    /// started that is still its descendant (a daemon that left the tree is not found).
     #[arg(long, value_name = "DURATION", value_parser = units::parse_positive_duration, allow_hyphen_values = true)]
     timeout: Option<Duration>,
     /// Give up (exit 2) rather than start a run that would end after this much wall-clock time.

@@ -305,38 +305,48 @@ fn processes_with(needle: &str) -> Vec<String> {
     found
 }
 
-/// A run killed at its timeout leaves nothing running when the command is the process itself:
-/// `sh -c 'exec CMD'`, as `--timeout`'s help says (the shell's children are not killed: they
-/// share spindle's process group, so that the terminal's signals reach them).
+/// A run killed at its timeout leaves nothing running: neither the command itself (`sh -c
+/// 'exec CMD'`) nor what it started, children and grandchildren (a shell that waits for a
+/// shell that waits for `sleep`).
 #[test]
-fn a_timeout_kills_the_command() {
-    // A duration no other process uses, to find the command by.
-    let nap = format!("{}.271828", 30 + std::process::id() % 1000);
-    let out = spindle(&[
-        "slo",
-        "--quiet",
-        "--json",
-        "--max-runs",
-        "2",
-        "--timeout",
-        "50ms",
-        "--",
-        "sh",
-        "-c",
-        &format!("exec sleep {nap}"),
-    ]);
-    assert_eq!(code(&out), 2, "{}", stderr(&out));
-    assert_eq!(json(&out)["failures"]["timed_out"], 2);
-    // Not a timing assertion: one still running after 5 s is the failure.
-    let mut left = processes_with(&format!("sleep {nap}"));
-    for _ in 0..50 {
-        if left.is_empty() {
-            break;
+fn a_timeout_kills_the_command_and_what_it_started() {
+    for (k, script) in [
+        "exec sleep {nap}",
+        "sleep {nap}; true",
+        "sh -c 'sleep {nap}; true'; true",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        // A duration no other process uses, to find the command by.
+        let nap = format!("{}.{k}271828", 30 + std::process::id() % 1000);
+        let script = script.replace("{nap}", &nap);
+        let out = spindle(&[
+            "slo",
+            "--quiet",
+            "--json",
+            "--max-runs",
+            "2",
+            "--timeout",
+            "200ms",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ]);
+        assert_eq!(code(&out), 2, "{script}: {}", stderr(&out));
+        assert_eq!(json(&out)["failures"]["timed_out"], 2, "{script}");
+        // Not a timing assertion: one still running after 5 s is the failure.
+        let mut left = processes_with(&format!("sleep {nap}"));
+        for _ in 0..50 {
+            if left.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            left = processes_with(&format!("sleep {nap}"));
         }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        left = processes_with(&format!("sleep {nap}"));
+        assert!(left.is_empty(), "{script}: left running: {left:?}");
     }
-    assert!(left.is_empty(), "left running: {left:?}");
 }
 
 /// Ctrl-C ends `slo` with what it measured (undecided, exit 130), as `compare`; before the
