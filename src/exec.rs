@@ -45,7 +45,9 @@ impl std::fmt::Display for RunEnd {
 #[derive(Clone, Copy, Debug)]
 pub struct Run {
     pub end: RunEnd,
-    /// From just before `spawn` to just after the process was reaped.
+    /// From just before `spawn` to just after the process was reaped (with `--timeout`: to
+    /// when its exit was seen, just before it is reaped; a run killed at the timeout, to when
+    /// the kill was done).
     pub elapsed: Duration,
 }
 
@@ -166,14 +168,15 @@ impl CommandLine {
 /// own would need that group to be the terminal's foreground. So the tree is found from
 /// `/proc`, parent by parent, and frozen before it is killed: `root` is stopped first, then
 /// every process whose parent is in the tree, round after round until a round finds no new
-/// one. A stopped process neither forks nor reaps, so the tree stops growing and no pid in it
-/// can be freed and reused meanwhile; then all are killed at once (a child killed before its
-/// parent could otherwise be replaced by a fork, and a parent killed first would hand its
-/// children to `init`, out of sight). Each process is signalled through a pidfd opened
-/// before its parent is checked again, so that a pid reused between the scan and the signal
-/// is never hit; kernels without pidfds (before 5.3) get `kill` on the pid just checked.
-/// Processes that left the tree before the timeout (daemons, re-parented to `init`) are not
-/// found.
+/// one and all found have stopped. A stopped process neither forks nor reaps, so the tree
+/// stops growing and no pid in it can be freed and reused meanwhile (short of a parent that
+/// ignores `SIGCHLD`, whose children reap themselves: the pidfds cover that); then all are
+/// killed, leaves first (a parent killed first would hand its children to `init`, out of
+/// sight). Each process is signalled through a pidfd opened before its parent is checked
+/// again, so that a pid reused between the scan and the signal is never hit; kernels without
+/// pidfds (before 5.3) get `kill` on the pid just checked. Not found: processes that left
+/// the tree before the timeout (daemons, re-parented to `init`), and the children of a
+/// command that exits at the very moment of its timeout (re-parented as it exits).
 fn kill_tree(root: Pid, root_fd: Option<OwnedFd>) {
     let signal = |pid: Pid, fd: &Option<OwnedFd>, sig: Signal| match fd {
         Some(fd) => drop(rustix::process::pidfd_send_signal(fd, sig)),
@@ -183,7 +186,8 @@ fn kill_tree(root: Pid, root_fd: Option<OwnedFd>) {
     let mut tree = vec![(root, root_fd)];
     // Bounded: a command that forks faster than the rounds find its children still loses
     // the processes found, and the rest go on as before this function.
-    for _ in 0..64 {
+    let mut rounds = 0;
+    loop {
         let mut grew = false;
         for (pid, parent) in processes() {
             let known = |p: Pid| tree.iter().any(|&(q, _)| q == p);
@@ -191,21 +195,57 @@ fn kill_tree(root: Pid, root_fd: Option<OwnedFd>) {
                 continue;
             }
             let fd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).ok();
-            // Still the child of a stopped process of the tree: the pidfd, opened before
-            // this check, names that process.
+            // Still the child of a process of the tree: the pidfd, opened before this check,
+            // names that process.
             if parent_of(pid) == Some(parent) {
                 signal(pid, &fd, Signal::STOP);
                 tree.push((pid, fd));
                 grew = true;
             }
         }
-        if !grew {
+        rounds += 1;
+        if rounds >= 64 {
+            break;
+        }
+        // A signal takes effect when its process next leaves the kernel: a `fork` under way
+        // when `SIGSTOP` came still completes, and its child is found by the next round. So
+        // a round that finds nothing new ends the search only once every process found so
+        // far has stopped (or exited), which takes microseconds; 100 ms at most.
+        if !grew && wait_until_stopped(&tree) {
             break;
         }
     }
-    for (pid, fd) in &tree {
+    // Leaves first: a process killed before its parent has nobody to reap it but that
+    // stopped parent, so no pid of the tree is freed before the whole tree is signalled,
+    // and no process group of the tree is orphaned (which would `SIGCONT` it) while members
+    // remain to kill.
+    for (pid, fd) in tree.iter().rev() {
         signal(*pid, fd, Signal::KILL);
     }
+}
+
+/// Waits until every process of `tree` is stopped or dead (`/proc/PID/stat` state `T`, `t`,
+/// `Z`, `X`, or gone), polling for at most 100 ms; false if some did not stop in that time.
+fn wait_until_stopped(tree: &[(Pid, Option<OwnedFd>)]) -> bool {
+    for _ in 0..1000 {
+        let running = tree.iter().any(|&(pid, _)| {
+            state_of(pid).is_some_and(|state| !matches!(state, 'T' | 't' | 'Z' | 'X'))
+        });
+        if !running {
+            return true;
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    false
+}
+
+/// The state letter of `pid` from `/proc/PID/stat` (the field after the command name).
+fn state_of(pid: Pid) -> Option<char> {
+    stat_after_name(pid)?
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
 }
 
 /// Every process in `/proc` with its parent.
@@ -221,13 +261,21 @@ fn processes() -> Vec<(Pid, Pid)> {
         .collect()
 }
 
-/// The parent of `pid`, from `/proc/PID/stat` (its fourth field, after the command name in
-/// parentheses, which may itself hold spaces and parentheses).
+/// The parent of `pid`, from `/proc/PID/stat` (its fourth field).
 fn parent_of(pid: Pid) -> Option<Pid> {
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero())).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let ppid = rest.split_whitespace().nth(1)?.parse().ok()?;
+    let ppid = stat_after_name(pid)?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
     Pid::from_raw(ppid)
+}
+
+/// `/proc/PID/stat` after the command name, which is in parentheses and may itself hold
+/// spaces and parentheses.
+fn stat_after_name(pid: Pid) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero())).ok()?;
+    Some(stat[stat.rfind(')')? + 1..].to_string())
 }
 
 /// One word as a POSIX shell would need it: quoted when it holds blanks or quotes.

@@ -307,20 +307,27 @@ fn processes_with(needle: &str) -> Vec<String> {
 
 /// A run killed at its timeout leaves nothing running: neither the command itself (`sh -c
 /// 'exec CMD'`) nor what it started, children and grandchildren (a shell that waits for a
-/// shell that waits for `sleep`).
+/// shell that waits for `sleep`). The innermost shell leaves a file first, so that a `sleep`
+/// that never started cannot pass for one that was killed.
 #[test]
 fn a_timeout_kills_the_command_and_what_it_started() {
+    let dir = std::env::temp_dir().join(format!("spindle-timeout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
     for (k, script) in [
-        "exec sleep {nap}",
-        "sleep {nap}; true",
-        "sh -c 'sleep {nap}; true'; true",
+        "touch {mark}; exec sleep {nap}",
+        "touch {mark}; sleep {nap}; true",
+        "sh -c 'touch {mark}; sleep {nap}; true'; true",
     ]
     .into_iter()
     .enumerate()
     {
         // A duration no other process uses, to find the command by.
         let nap = format!("{}.{k}271828", 30 + std::process::id() % 1000);
-        let script = script.replace("{nap}", &nap);
+        let mark = dir.join(format!("started-{k}"));
+        let _ = std::fs::remove_file(&mark);
+        let script = script
+            .replace("{nap}", &nap)
+            .replace("{mark}", mark.to_str().unwrap());
         let out = spindle(&[
             "slo",
             "--quiet",
@@ -328,7 +335,7 @@ fn a_timeout_kills_the_command_and_what_it_started() {
             "--max-runs",
             "2",
             "--timeout",
-            "200ms",
+            "500ms",
             "--",
             "sh",
             "-c",
@@ -336,6 +343,7 @@ fn a_timeout_kills_the_command_and_what_it_started() {
         ]);
         assert_eq!(code(&out), 2, "{script}: {}", stderr(&out));
         assert_eq!(json(&out)["failures"]["timed_out"], 2, "{script}");
+        assert!(mark.exists(), "{script}: the command never started");
         // Not a timing assertion: one still running after 5 s is the failure.
         let mut left = processes_with(&format!("sleep {nap}"));
         for _ in 0..50 {
@@ -347,6 +355,7 @@ fn a_timeout_kills_the_command_and_what_it_started() {
         }
         assert!(left.is_empty(), "{script}: left running: {left:?}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Ctrl-C ends `slo` with what it measured (undecided, exit 130), as `compare`; before the

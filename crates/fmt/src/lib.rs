@@ -99,12 +99,13 @@
 //! blocks rest on that, each with its argument beside it: viewing a caller's `[u8; N]` as
 //! `[MaybeUninit<u8>; N]` ([`raw`]); reading the bytes just written as a `&str`
 //! ([`Buffer::format`]: all are ASCII digits or `-`, in a range its printers return within
-//! the buffer); and `Vec::set_len` over the `n` bytes written into reserved spare capacity
-//! ([`append`]). Every store is a bounds-checked slice copy, a 16-byte SSE2 store into a
-//! `&mut [MaybeUninit<u8>; 16]`, or (`Buffer::format`'s seventeen to twenty digits, where
-//! `cpuid` reports AVX) one 32-byte AVX store into a `&mut [MaybeUninit<u8>; 32]`, in inline
-//! assembly; the compiler removes the checks it can prove. The SSE2 intrinsics only compute
-//! on registers.
+//! the buffer, taken without a bounds check); and `Vec::set_len` over the `n` bytes written
+//! into reserved spare capacity ([`append`]). Every store is a bounds-checked slice copy, a
+//! 16-byte SSE2 store into a `&mut [MaybeUninit<u8>; 16]`, or (`Buffer::format`'s seventeen
+//! to twenty digits, where `cpuid` reports AVX) one 32-byte AVX store into a
+//! `&mut [MaybeUninit<u8>; 32]`, in inline assembly, as is the `xgetbv` that asks the kernel
+//! about AVX (module `avx`); the compiler removes the checks it can prove. The other SSE2
+//! intrinsics only compute on registers.
 #![no_std]
 
 extern crate alloc;
@@ -306,8 +307,8 @@ fn store16(out: &mut [Out; 16], v: u128) {
     out.copy_from_slice(&v.to_le_bytes().map(Out::new));
 }
 
-/// AVX, found at run time (the crate is built for the x86-64 baseline, which lacks it), for
-/// one store that `placed` needs: twenty bytes at once.
+/// AVX, found at run time (the x86-64 baseline, which this crate is built for unless the
+/// build enables AVX, lacks it), for one store that `placed` needs: twenty bytes at once.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 mod avx {
     use super::Out;
@@ -334,8 +335,10 @@ mod avx {
     #[cold]
     #[inline(never)]
     fn detect() -> bool {
-        // Every x86-64 CPU has `cpuid` and its leaf 1.
-        let leaf1 = __cpuid(1);
+        // SAFETY: every x86-64 CPU has `cpuid` and its leaf 1. (A safe function in recent
+        // Rust, an unsafe one in 1.80, which this crate builds with.)
+        #[allow(unused_unsafe)]
+        let leaf1 = unsafe { __cpuid(1) };
         let (osxsave, avx) = (leaf1.ecx & 1 << 27 != 0, leaf1.ecx & 1 << 28 != 0);
         let found = osxsave && avx && {
             let xcr0: u32;
@@ -352,10 +355,11 @@ mod avx {
     }
 
     /// `top`, then `digits`, at `out[0..20]`, in one 32-byte store (NUL bytes after them).
-    /// Callers check [`available`] first, and are never inlined (`placed::u64_large`): see
-    /// `vzeroupper` below.
+    ///
+    /// # Safety
+    /// The CPU has AVX: [`available`] said so.
     #[inline(always)]
-    pub(super) fn store20(out: &mut [Out; 32], top: u32, digits: u128) {
+    pub(super) unsafe fn store20(out: &mut [Out; 32], top: u32, digits: u128) {
         let (lo, hi);
         // SAFETY: SSE2 is part of the x86-64 baseline; these intrinsics only compute.
         unsafe {
@@ -364,28 +368,24 @@ mod avx {
             hi = _mm_srli_si128::<12>(d);
         }
         let to = out.as_mut_ptr();
-        // SAFETY: the caller found AVX (`available`); `to` is 32 writable bytes and `vmovdqu`
-        // takes any alignment. `lo`'s register, upper half included, is declared clobbered.
-        // Built without AVX, this crate's code uses no YMM register, and its caller, a
-        // function of its own, keeps no vector register live across the call (the ABI saves
-        // none): `vzeroupper` may clear every upper half, and must, as legacy SSE code after
-        // a dirty upper half runs slower (on Zen 4 too: the commit that added this store
-        // measured it). Built with AVX, all code is VEX-encoded and the compiler manages the
-        // upper halves itself.
+        // SAFETY: the caller found AVX; `to` is 32 writable bytes and `vmovdqu` takes any
+        // alignment. `vzeroupper` then clears the upper halves of the YMM registers: where
+        // this crate is built without AVX, legacy SSE code after a dirty upper half runs slower
+        // (on Zen 4 too: the commit that added this store measured it), and where it is built
+        // with AVX, the compiler then need not know that this block dirtied one. Every vector
+        // register (all of YMM 0–15, as the compiler sees them) is declared clobbered, so
+        // nothing the compiler keeps in one lives across this block, wherever it is inlined.
         unsafe {
-            #[cfg(not(target_feature = "avx"))]
             asm!(
-                "vinsertf128 {lo:y}, {lo:y}, {hi:x}, 1",
-                "vmovdqu ymmword ptr [{to}], {lo:y}",
+                "vinsertf128 ymm0, ymm0, xmm1, 1",
+                "vmovdqu ymmword ptr [{to}], ymm0",
                 "vzeroupper",
-                lo = inout(xmm_reg) lo => _, hi = in(xmm_reg) hi, to = in(reg) to,
-                options(nostack, preserves_flags),
-            );
-            #[cfg(target_feature = "avx")]
-            asm!(
-                "vinsertf128 {lo:y}, {lo:y}, {hi:x}, 1",
-                "vmovdqu ymmword ptr [{to}], {lo:y}",
-                lo = inout(xmm_reg) lo => _, hi = in(xmm_reg) hi, to = in(reg) to,
+                to = in(reg) to,
+                inout("xmm0") lo => _, inout("xmm1") hi => _,
+                lateout("xmm2") _, lateout("xmm3") _, lateout("xmm4") _, lateout("xmm5") _,
+                lateout("xmm6") _, lateout("xmm7") _, lateout("xmm8") _, lateout("xmm9") _,
+                lateout("xmm10") _, lateout("xmm11") _, lateout("xmm12") _,
+                lateout("xmm13") _, lateout("xmm14") _, lateout("xmm15") _,
                 options(nostack, preserves_flags),
             );
         }
@@ -434,12 +434,13 @@ mod placed {
     /// `x` within `out`'s first 16 bytes.
     #[inline(always)]
     pub(crate) fn u32(out: &mut [Out; 16], x: u32) -> Range<usize> {
-        // u32::MAX < 10¹⁰: the compiler drops the last test and the call.
+        // u32::MAX < 10¹⁰: the compiler drops the test for 10¹⁰ and the call.
         sizes(out, u64::from(x), |_| unreachable!())
     }
 
-    /// `x` within `out`'s first 20 bytes: up to ten digits inline, with the same tests in the
-    /// same order as [`u32`] (small numbers run the same instructions), more in a call.
+    /// `x` within `out`'s first 20 bytes (all 32 may be written): up to ten digits inline, with
+    /// the same tests in the same order as [`u32`] (small numbers run the same instructions),
+    /// more in a call.
     #[inline(always)]
     pub(crate) fn u64(out: &mut [Out; 32], x: u64) -> Range<usize> {
         sizes(out, x, |out| u64_large(out, x))
@@ -519,7 +520,8 @@ mod placed {
     fn twenty(out: &mut [Out; 32], top: u32, digits: u128) {
         #[cfg(all(target_arch = "x86_64", not(miri)))]
         if avx::available() {
-            avx::store20(out, top, digits);
+            // SAFETY: AVX is there.
+            unsafe { avx::store20(out, top, digits) };
             return;
         }
         put4(out, 0, top);
@@ -908,7 +910,9 @@ mod tests {
     }
 
     /// `Buffer::format`'s seventeen to twenty digits both ways: in one AVX store where the CPU
-    /// has it, and in two stores (forced here by setting the detector's answer).
+    /// has it, and in two stores (forced here by setting the detector's answer; a build with
+    /// AVX enabled has no two-store path to force). Other tests in this binary that print
+    /// such numbers would take either path, and both print the same.
     #[test]
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     fn twenty_digits_with_and_without_avx() {
@@ -921,18 +925,25 @@ mod tests {
             x ^= x << 17;
             x.max(10_000_000_000_000_000)
         }));
+        use core::sync::atomic::Ordering::Relaxed;
+        let has_avx = avx::available();
+        let before = avx::STATE.load(Relaxed);
+        let mut paths = 0;
         for state in [1, 2] {
-            if state == 2 && !avx::available() {
+            if state == 2 && !has_avx || state == 1 && cfg!(target_feature = "avx") {
                 continue;
             }
-            avx::STATE.store(state, core::sync::atomic::Ordering::Relaxed);
+            paths += 1;
+            avx::STATE.store(state, Relaxed);
             for &v in &values {
                 assert_eq!(buf.format(v), v.to_string(), "state {state}");
                 let n = -((v >> 1) as i64);
                 assert_eq!(buf.format(n), n.to_string(), "state {state}");
             }
         }
-        avx::STATE.store(0, core::sync::atomic::Ordering::Relaxed);
+        avx::STATE.store(before, Relaxed);
+        assert!(paths >= 1);
+        std::eprintln!("twenty digits: {paths} path(s) tested, AVX: {has_avx}");
     }
 
     /// The digit-at-a-time fraction of `three`, on every three-digit number.
