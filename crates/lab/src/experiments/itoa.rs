@@ -13,8 +13,8 @@
 //! placement alone can move a printer by a fifth). One more row, the copy alone
 //! (`extend_from_slice` of as many bytes as the number has digits), is a floor under the
 //! drop-in rows: both drop-ins pay it, so the 1.2 × claim compares what remains; where the
-//! floor alone is above 1 / 1.2 of itoa's time, the claim's verdict says the bound is out of
-//! reach on that machine.
+//! floor alone is above 1 / 1.2 of itoa's time and our drop-in is not faster than the floor,
+//! the claim's verdict says the bound is out of reach on that machine (see `dropin_reach`).
 //!
 //! A last section, `forward`, times store-to-load forwarding as the drop-ins meet it (a
 //! 16-byte store, then an 8-byte load of its upper half, or across its halves as `memcpy`'s
