@@ -438,12 +438,24 @@ mod placed {
         sizes(out, u64::from(x), |_| unreachable!())
     }
 
-    /// `x` within `out`'s first 20 bytes (all 32 may be written): up to ten digits inline, with
-    /// the same tests in the same order as [`u32`] (small numbers run the same instructions),
-    /// more in a call.
+    /// `x` within `out`'s first 20 bytes (all 32 may be written): up to ten digits with the
+    /// same tests in the same order as [`u32`] (small numbers run the same instructions), more
+    /// after them ([`u64_large`]).
+    ///
+    /// All of it inline, and the range known to be non-empty: with `u64_large` a call and the
+    /// caller's `memcpy` guarded by an emptiness test, the caller's loop kept fewer of its own
+    /// values in registers and every number paid for it, the one- and two-digit ones most
+    /// (lab `itoa` on Zen 4, the commit that made it says how much). The same hint on [`u32`]
+    /// made that section slower, so it is not there.
     #[inline(always)]
     pub(crate) fn u64(out: &mut [Out; 32], x: u64) -> Range<usize> {
-        sizes(out, x, |out| u64_large(out, x))
+        let r = sizes(out, x, |out| u64_large(out, x));
+        if r.start >= r.end {
+            // SAFETY: every path of `sizes` and `u64_large` returns `a..b` where `b - a` is the
+            // number of digits of `x` (at least one): `a` skips leading zeros only.
+            unsafe { core::hint::unreachable_unchecked() }
+        }
+        r
     }
 
     /// `x` by its size: up to ten digits within `out`'s first 16 bytes (`N ≥ 16`), larger by
@@ -490,9 +502,8 @@ mod placed {
         7 - above(x, [1_000_000_000])..16
     }
 
-    /// `x ≥ 10¹⁰`, eleven digits or more, not inlined for the reason
-    /// [`raw::u64_large_into`] gives.
-    #[inline(never)]
+    /// `x ≥ 10¹⁰`, eleven digits or more (inlined: see [`u64`]).
+    #[inline(always)]
     fn u64_large(out: &mut [Out; 32], x: u64) -> Range<usize> {
         debug_assert!(x >= 10_000_000_000);
         let groups = groups_of(x);
