@@ -323,11 +323,11 @@ const SPIN_BEFORE_FLAG: u32 = 0;
 const SPIN_AFTER_FLAG: u32 = 0;
 
 /// A single-producer waiter whose recent spins went unanswered spins only this many polls
-/// (see `SpEventCount::wait_until`): a consumer that waits a millisecond for each message
-/// then pays a few polls instead of a whole spin before each sleep.
-#[cfg(not(loom))]
-const SP_SHORT_SPIN: u32 = 8;
-#[cfg(loom)]
+/// (see `SpEventCount::wait_until`): none. A consumer that waits a millisecond for each
+/// message sleeps before each one anyway, and its caller has just looked at the version; the
+/// eight polls this was before put it above std's `sync_channel` in CPU time (lab `rings`,
+/// section `idle`; the commit that made it none says by how much), and a producer that
+/// becomes prompt again is noticed without them (`SP_PROMPT`).
 const SP_SHORT_SPIN: u32 = 0;
 /// Full spins in a row that must go unanswered before a single-producer waiter's spins
 /// become short; any wait answered during a spin, or soon after it (`SP_PROMPT`), makes them
@@ -1335,8 +1335,8 @@ impl SpEventCount {
             }
         };
         // The spin's length, also learnt: in full while spins get answered (a prompt
-        // producer: streaming, ping-pong), a few polls once `SP_SPIN_TRUST` full spins in a
-        // row went unanswered (a producer that signals rarely: each wait ends in a sleep, and
+        // producer: streaming, ping-pong), `SP_SHORT_SPIN` polls once `SP_SPIN_TRUST` full
+        // spins in a row went unanswered (a producer that signals rarely: each wait ends in a sleep, and
         // a full spin before it is CPU time thrown away). A producer that has become prompt
         // again answers a wait within `SP_PROMPT`, which makes the spins full again. Like
         // `yield_at`, a heuristic outside the protocol.
