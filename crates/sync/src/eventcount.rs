@@ -99,7 +99,7 @@
 //! ```
 //! Wait (`wait(v)`):
 //! ```text
-//! spin while V == v: 128 polls, or 8 once spins go unanswered (below)
+//! spin while V == v: 128 polls, or one look once spins go unanswered (below)
 //! ask = F|M once spins go unanswered (the idle regime), else F (withdrawing a standing M|A)
 //! loop:
 //!     b = fetch_or(S, ask); s = b | ask  // lock or: announce, a full barrier
@@ -322,16 +322,9 @@ const SPIN_BEFORE_FLAG: u32 = 0;
 #[cfg(loom)]
 const SPIN_AFTER_FLAG: u32 = 0;
 
-/// A single-producer waiter whose recent spins went unanswered spins only this many polls
-/// (see `SpEventCount::wait_until`): none. A consumer that waits a millisecond for each
-/// message sleeps before each one anyway, and its caller has just looked at the version; the
-/// eight polls this was before put it above std's `sync_channel` in CPU time (lab `rings`,
-/// section `idle`; the commit that made it none says by how much), and a producer that
-/// becomes prompt again is noticed without them (`SP_PROMPT`).
-const SP_SHORT_SPIN: u32 = 0;
-/// Full spins in a row that must go unanswered before a single-producer waiter's spins
-/// become short; any wait answered during a spin, or soon after it (`SP_PROMPT`), makes them
-/// full again at once.
+/// Full spins in a row that must go unanswered before a single-producer waiter stops spinning
+/// (see `SpEventCount::wait_until`); any wait answered during a spin, or soon after it
+/// (`SP_PROMPT`), makes its spins full again at once.
 const SP_SPIN_TRUST: u32 = 8;
 
 /// A single-producer wait that went past its spin but was answered within this long counts
@@ -340,7 +333,7 @@ const SP_SPIN_TRUST: u32 = 8;
 /// for good: each one's partner is asleep too, so even a full spin (a few µs) ends
 /// before the partner's futex wake-up and context switch answer it (the lab's `rings` wake
 /// section measures that floor on each machine), and every hand-off pays a wake-up. A
-/// producer that signals rarely — the case short spins are for — keeps its waiter asleep for
+/// producer that signals rarely — the case for not spinning — keeps its waiter asleep for
 /// far longer (the lab's idle consumer: 1 ms).
 #[cfg(not(loom))]
 const SP_PROMPT: std::time::Duration = std::time::Duration::from_micros(250);
@@ -1334,19 +1327,25 @@ impl SpEventCount {
                     .store(at, std::sync::atomic::Ordering::Relaxed);
             }
         };
-        // The spin's length, also learnt: in full while spins get answered (a prompt
-        // producer: streaming, ping-pong), `SP_SHORT_SPIN` polls once `SP_SPIN_TRUST` full
-        // spins in a row went unanswered (a producer that signals rarely: each wait ends in a sleep, and
-        // a full spin before it is CPU time thrown away). A producer that has become prompt
-        // again answers a wait within `SP_PROMPT`, which makes the spins full again. Like
-        // `yield_at`, a heuristic outside the protocol.
+        // The spin, also learnt: in full while spins get answered (a prompt producer:
+        // streaming, ping-pong), none once `SP_SPIN_TRUST` full spins in a row went
+        // unanswered (a producer that signals rarely: each wait ends in a sleep, and a spin
+        // before it is CPU time thrown away — even the eight polls this once kept put the
+        // lab's idle consumer above std's `sync_channel`, section `idle` of `rings`). A
+        // producer that has become prompt again answers a wait within `SP_PROMPT`, which
+        // makes the spins full again. Like `yield_at`, a heuristic outside the protocol.
         let spin = self.spin.load(std::sync::atomic::Ordering::Relaxed);
         let full = spin > 0;
-        let polls = if full {
-            SPIN_BEFORE_FLAG
-        } else {
-            SP_SHORT_SPIN
-        };
+        if !full {
+            // One look, as the first poll of a spin: a version that moved before the wait
+            // began returns at once, teaching nothing (not an answer within `SP_PROMPT`) and
+            // leaving no announcement behind.
+            let v = self.version.load(Acquire);
+            if v != old {
+                return Waited::Changed(v);
+            }
+        }
+        let polls = if full { SPIN_BEFORE_FLAG } else { 0 };
         for i in 0..polls {
             let v = self.version.load(Acquire);
             if v != old {
