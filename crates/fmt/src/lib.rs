@@ -102,12 +102,12 @@
 //! the buffer, taken without a bounds check); and `Vec::set_len` over the `n` bytes written
 //! into reserved spare capacity ([`append`]). A fourth tells the compiler that the range the
 //! `u64` printer returns is never empty (`unreachable_unchecked` otherwise, module `placed`):
-//! each of its paths starts the range a constant bound below its end. Every store is a bounds-checked slice copy, a
-//! 16-byte SSE2 store into a `&mut [MaybeUninit<u8>; 16]`, or (`Buffer::format`'s seventeen
-//! to twenty digits, where `cpuid` reports AVX) one 32-byte AVX store into a
-//! `&mut [MaybeUninit<u8>; 32]`, in inline assembly, as is the `xgetbv` that asks the kernel
-//! about AVX (module `avx`); the compiler removes the checks it can prove. The other SSE2
-//! intrinsics only compute on registers.
+//! each of its paths starts the range a constant bound below its end. Every store is a
+//! bounds-checked slice copy, a 16-byte SSE2 store into a `&mut [MaybeUninit<u8>; 16]`, or
+//! (`Buffer::format`'s seventeen to twenty digits, where `cpuid` reports AVX) one 32-byte AVX
+//! store into a `&mut [MaybeUninit<u8>; 32]`, in inline assembly, as is the `xgetbv` that
+//! asks the kernel about AVX (module `avx`); the compiler removes the checks it can prove. The
+//! other SSE2 intrinsics only compute on registers.
 #![no_std]
 
 extern crate alloc;
