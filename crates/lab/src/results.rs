@@ -285,6 +285,33 @@ pub struct SectionResult {
     /// The load other processes put on the machine while this section ran.
     #[serde(default)]
     pub load: Option<LoadRecord>,
+    /// The cache-line round trip between the two CPUs of the section's two-thread variants, over
+    /// the windows of trials it ran in (sections with such variants only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round_trip: Option<RoundTripRecord>,
+}
+
+/// The range of a quick cache-line round trip between the two CPUs that two-thread variants
+/// pin to, over the windows of trials whose two ends agreed (see `runner/placement.rs`): a host
+/// that moves its vCPUs during a run shows here.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct RoundTripRecord {
+    pub windows: u64,
+    pub min_ns: f64,
+    pub max_ns: f64,
+}
+
+/// Two round trips within this factor of each other are one placement of the two CPUs: far
+/// above a quiet machine's jitter of the median of three batches, far below the factor between
+/// hyperthreads of one core and cores of different chiplets.
+pub const SAME_PLACEMENT: f64 = 1.5;
+
+impl RoundTripRecord {
+    /// Whether the host moved the two CPUs while the section ran: its slowest window's round
+    /// trip at least [`SAME_PLACEMENT`] × its fastest's.
+    pub fn moved(&self) -> bool {
+        self.windows >= 2 && self.max_ns >= SAME_PLACEMENT * self.min_ns
+    }
 }
 
 /// What the runner saw of other processes' load while a section ran, over windows of trials
@@ -566,6 +593,42 @@ impl LabReport {
         })
     }
 
+    /// A sentence when the host moved the CPUs of two-thread variants during some section (see
+    /// [`RoundTripRecord::moved`]); None otherwise.
+    pub fn placement_sentence(&self) -> Option<String> {
+        let moved: Vec<(&str, &str, RoundTripRecord)> = self
+            .experiments
+            .iter()
+            .flat_map(|e| e.sections.iter().map(move |s| (e, s)))
+            .filter_map(|(e, s)| {
+                s.round_trip
+                    .filter(RoundTripRecord::moved)
+                    .map(|r| (e.name.as_str(), s.id.as_str(), r))
+            })
+            .collect();
+        let lo = moved
+            .iter()
+            .map(|m| m.2.min_ns)
+            .fold(f64::INFINITY, f64::min);
+        let hi = moved.iter().map(|m| m.2.max_ns).fold(0.0, f64::max);
+        (!moved.is_empty()).then(|| {
+            const NAMED: usize = 6;
+            let mut names: Vec<String> = moved
+                .iter()
+                .take(NAMED)
+                .map(|(e, s, _)| format!("{e}/{s}"))
+                .collect();
+            if moved.len() > NAMED {
+                names.push(format!("{} more", moved.len() - NAMED));
+            }
+            format!(
+                "the round trip between the two CPUs that two-thread variants run on changed during {} of their sections ({}): a cache line took from {lo:.0} to {hi:.0} ns to go there and back, from one window of trials to another (on a virtual machine, the host moved its vCPUs). Two-thread figures of those sections mix placements; a claim with enough trials in two placements gives the median ratio of each in its explanation",
+                moved.len(),
+                names.join(", ")
+            )
+        })
+    }
+
     /// Reads a `results.json`, refusing other schemas with a sentence that says so.
     pub fn from_json(text: &str) -> Result<LabReport, String> {
         let value: serde_json::Value =
@@ -639,6 +702,34 @@ mod tests {
             (101, 50.0, 90.0, 99.0, 100.0)
         );
         assert!(Pooled::of(&[]).median.is_nan());
+    }
+
+    #[test]
+    fn a_section_whose_cpus_moved_is_named_and_older_files_read() {
+        // Written before sections recorded round trips: they read as None.
+        let mut r = LabReport::from_json(include_str!("../tests/data/minimal-report.json"))
+            .expect("the fixture reads");
+        assert_eq!(r.experiments[0].sections[0].round_trip, None);
+        assert_eq!(r.placement_sentence(), None);
+        let steady = RoundTripRecord {
+            windows: 9,
+            min_ns: 60.0,
+            max_ns: 75.0,
+        };
+        r.experiments[0].sections[0].round_trip = Some(steady);
+        assert!(!steady.moved());
+        assert_eq!(r.placement_sentence(), None);
+        let moved = RoundTripRecord {
+            max_ns: 480.0,
+            ..steady
+        };
+        assert!(moved.moved());
+        r.experiments[0].sections[0].round_trip = Some(moved);
+        let sentence = r.placement_sentence().expect("a sentence");
+        assert!(
+            sentence.contains("(spawn/spawn)") && sentence.contains("from 60 to 480 ns"),
+            "{sentence}"
+        );
     }
 
     #[test]

@@ -86,61 +86,101 @@ pub fn hypervisor_signature() -> Option<String> {
 /// sockets in hundreds. None if either thread cannot be pinned. Both sides run on threads of
 /// their own: the caller's affinity is left alone (threads it spawns later inherit it).
 pub fn cache_line_round_trip_ns(a: usize, b: usize) -> Option<f64> {
+    round_trip_ns(a, b, 5, 20_000)
+}
+
+/// The same measure, short enough to repeat between windows of trials (3 batches of 300
+/// round trips): whether the host has moved the two CPUs since the last look (see
+/// `runner/placement.rs`). None also when a round trip took more than
+/// [`PLAUSIBLE_ROUND_TRIP_NS`]: no cache line takes that long between two CPUs that run
+/// nothing else, so another thread (an experiment's own, between its trials) was sharing one
+/// of them, and the figure says nothing of where they are.
+pub fn quick_round_trip_ns(a: usize, b: usize) -> Option<f64> {
+    round_trip_ns(a, b, 3, 300).filter(|&ns| ns <= PLAUSIBLE_ROUND_TRIP_NS)
+}
+
+/// The longest cache-line round trip [`quick_round_trip_ns`] accepts as a placement's:
+/// several times the hundreds of nanoseconds between sockets or distant chiplets, far below
+/// what a batch takes when one of its threads must wait for the scheduler to run it.
+pub const PLAUSIBLE_ROUND_TRIP_NS: f64 = 2000.0;
+
+/// Untimed round trips before the first batch: both threads pinned, running and spinning.
+const WARM_UP_ROUND_TRIPS: u64 = 64;
+
+/// The median of `batches` batches of `round_trips` cache-line round trips between `a` and
+/// `b`, timed by the thread on `a` once the one on `b` has pinned itself and a few untimed
+/// round trips have run. None if either thread cannot be created or pinned.
+fn round_trip_ns(a: usize, b: usize, batches: usize, round_trips: u64) -> Option<f64> {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     #[repr(align(128))]
     struct Line(AtomicU64);
-    const ROUND_TRIPS: u64 = 20_000;
     let line = Line(AtomicU64::new(0));
-    let mut batches: Vec<f64> = Vec::new();
-    for _ in 0..5 {
-        line.0.store(0, Ordering::Relaxed);
-        let gave_up = AtomicBool::new(false);
-        let result = std::thread::scope(|scope| {
-            let (line, gave_up) = (&line, &gave_up);
-            let responder = scope.spawn(move || {
-                if !pin_current_thread(b) {
-                    gave_up.store(true, Ordering::Release);
-                    return false;
+    let gave_up = AtomicBool::new(false);
+    // Odd values are the initiator's pings, even ones the responder's answers: round trip `k`
+    // (counting the warm-up ones) is 2k + 1 and back 2k + 2.
+    let total = WARM_UP_ROUND_TRIPS + batches as u64 * round_trips;
+    // Waits for `want` on the line, giving up with the other side.
+    let wait = |want: u64| {
+        while line.0.load(Ordering::Acquire) != want {
+            if gave_up.load(Ordering::Acquire) {
+                return false;
+            }
+            std::hint::spin_loop();
+        }
+        true
+    };
+    let times = std::thread::scope(|scope| {
+        let (line, gave_up, wait) = (&line, &gave_up, &wait);
+        let responder = std::thread::Builder::new().spawn_scoped(scope, move || {
+            if !pin_current_thread(b) {
+                gave_up.store(true, Ordering::Release);
+                return;
+            }
+            for k in 0..total {
+                if !wait(2 * k + 1) {
+                    return;
                 }
-                for i in 0..ROUND_TRIPS {
-                    while line.0.load(Ordering::Acquire) != 2 * i + 1 {
-                        if gave_up.load(Ordering::Acquire) {
-                            return false;
-                        }
-                        std::hint::spin_loop();
-                    }
-                    line.0.store(2 * i + 2, Ordering::Release);
-                }
-                true
-            });
-            let initiator = scope.spawn(move || {
-                if !pin_current_thread(a) {
-                    gave_up.store(true, Ordering::Release);
+                line.0.store(2 * k + 2, Ordering::Release);
+            }
+        });
+        if responder.is_err() {
+            return None;
+        }
+        let initiator = std::thread::Builder::new().spawn_scoped(scope, move || {
+            if !pin_current_thread(a) {
+                return None;
+            }
+            let mut k = 0;
+            let mut round_trip = || {
+                line.0.store(2 * k + 1, Ordering::Release);
+                k += 1;
+                wait(2 * k)
+            };
+            for _ in 0..WARM_UP_ROUND_TRIPS {
+                if !round_trip() {
                     return None;
                 }
+            }
+            let mut times = Vec::with_capacity(batches);
+            for _ in 0..batches {
                 let start = Instant::now();
-                for i in 0..ROUND_TRIPS {
-                    line.0.store(2 * i + 1, Ordering::Release);
-                    while line.0.load(Ordering::Acquire) != 2 * i + 2 {
-                        // The responder could not pin itself: stop waiting.
-                        if gave_up.load(Ordering::Acquire) {
-                            return None;
-                        }
-                        std::hint::spin_loop();
+                for _ in 0..round_trips {
+                    if !round_trip() {
+                        return None;
                     }
                 }
-                Some(start.elapsed())
-            });
-            let elapsed = initiator.join().ok().flatten();
-            let answered = responder.join().unwrap_or(false);
-            elapsed
-                .filter(|_| answered)
-                .map(|e| e.as_nanos() as f64 / ROUND_TRIPS as f64)
+                times.push(start.elapsed().as_nanos() as f64 / round_trips as f64);
+            }
+            Some(times)
         });
-        batches.push(result?);
-    }
-    batches.sort_by(f64::total_cmp);
-    Some(batches[batches.len() / 2])
+        // Whatever happened to the initiator, the responder must not wait for it for ever.
+        let times = initiator.ok().and_then(|h| h.join().ok().flatten());
+        gave_up.store(true, Ordering::Release);
+        times
+    });
+    let mut times = times?;
+    times.sort_by(f64::total_cmp);
+    times.get(times.len() / 2).copied()
 }
 
 /// Lets the calling thread run on every CPU in `cpus` again (threads it spawns inherit this).

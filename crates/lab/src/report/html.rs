@@ -112,6 +112,9 @@ pub fn render(report: &LabReport) -> String {
     if let Some(load) = report.load_sentence() {
         let _ = writeln!(h, "<p class=\"note\">Load: {}.</p>", esc(&load));
     }
+    if let Some(moved) = report.placement_sentence() {
+        let _ = writeln!(h, "<p class=\"note\">Placement: {}.</p>", esc(&moved));
+    }
     h.push_str(&HOW_TO_READ.replace("VERDICT_RULE", &esc(VERDICT_RULE)));
     machine(&mut h, report);
     claims_overview(&mut h, report);

@@ -224,6 +224,9 @@ pub fn render(reports: &[(String, LabReport)]) -> String {
         for a in &r.machine.anomalies {
             let _ = writeln!(out, "- anomaly: {a}");
         }
+        if let Some(moved) = r.placement_sentence() {
+            let _ = writeln!(out, "- placement: {moved}");
+        }
         for e in &r.experiments {
             let _ = writeln!(
                 out,

@@ -317,11 +317,24 @@ pub fn sections_run_grid(e: &crate::results::ExperimentResult) -> Grid {
                     format!("quiet ({} windows, at most {worst:.2} CPUs)", l.windows)
                 }
             });
+            let round_trip = s.round_trip.map_or("—".to_string(), |r| {
+                let range = if r.max_ns >= 1.05 * r.min_ns {
+                    format!("{:.0}–{:.0} ns", r.min_ns, r.max_ns)
+                } else {
+                    format!("{:.0} ns", r.min_ns)
+                };
+                if r.moved() {
+                    format!("{range}: changed")
+                } else {
+                    range
+                }
+            });
             vec![
                 s.id.clone(),
                 s.trials.to_string(),
                 s.discarded_trials.to_string(),
                 load,
+                round_trip,
                 s.stop_reason.clone(),
             ]
         })
@@ -332,6 +345,7 @@ pub fn sections_run_grid(e: &crate::results::ExperimentResult) -> Grid {
             "trials kept",
             "discarded",
             "other processes' load",
+            "two-CPU round trip",
             "why it stopped",
         ]
         .map(String::from)

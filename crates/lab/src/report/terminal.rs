@@ -176,6 +176,9 @@ pub fn render(report: &LabReport) -> String {
     if let Some(load) = report.load_sentence() {
         out.push_str(&wrap(&load, WIDTH, "  load: ", "    "));
     }
+    if let Some(moved) = report.placement_sentence() {
+        out.push_str(&wrap(&moved, WIDTH, "  placement: ", "    "));
+    }
     out.push_str(&wrap(
         VERDICT_RULE,
         WIDTH,

@@ -78,6 +78,7 @@ impl Ctx<'_> {
                     stop_reason: st.done.clone().unwrap_or_else(|| "still running".into()),
                     discarded_trials: st.discarded,
                     load: (st.load.windows > 0).then_some(st.load),
+                    round_trip: st.round_trip,
                 }
             })
             .collect()

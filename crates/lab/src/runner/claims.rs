@@ -94,6 +94,9 @@ pub(crate) struct ClaimState {
     pub sections: [usize; 2],
     pub guarantee: bool,
     names: [Operand; 2],
+    /// An operand runs two threads or more: its figures depend on where the host puts the
+    /// CPUs (see `placement.rs`).
+    two_thread: bool,
     /// Trials whose operands hit a cap in a way that leaves the relation unknown.
     capped: u64,
     /// Trials whose raw ratio satisfied the relation.
@@ -142,6 +145,8 @@ impl ClaimState {
             sections: [layout.section_of[n], layout.section_of[d]],
             guarantee: spec.kind == crate::results::ClaimKind::Guarantee,
             names: [name(n, nm), name(d, dm)],
+            two_thread: super::placement::on_the_pair(&plan.variants[n])
+                || super::placement::on_the_pair(&plan.variants[d]),
             capped: 0,
             satisfied: 0,
             good: 0,
@@ -246,7 +251,7 @@ impl ClaimState {
         if later == 0 {
             return None;
         }
-        let final_result = self.confirmed(result, &batches, batch);
+        let final_result = self.confirmed(result, data, &batches, batch);
         self.frozen = Some(final_result.clone());
         Some(final_result)
     }
@@ -274,9 +279,14 @@ impl ClaimState {
     fn confirmed(
         &self,
         mut result: ClaimResult,
+        data: &Data,
         batches: &[(u32, Vec<f64>)],
         batch: u64,
     ) -> ClaimResult {
+        // The decision's placement clause gives way to one over every trial so far, after the
+        // visits' medians: a move between visits shows there.
+        let decided = super::placement::without_clause(&result.explanation).to_string();
+        let placements = self.placement_clause(data);
         let holds = result.verdict == Verdict::Holds;
         let visits: Vec<(usize, f64, bool)> = batches
             .iter()
@@ -300,14 +310,12 @@ impl ClaimState {
         result.confirmation = visits.iter().map(|&(n, m, _)| (n as u64, raw(m))).collect();
         if visits.iter().any(|&(_, _, c)| c) {
             result.explanation = format!(
-                "the test decided ({}) but one visit's trials put the median ratio across the bound (each visit's median ratio: {list}). The machine changed during the run (a hypervisor moving vCPUs, other tenants), so no verdict",
-                result.explanation
+                "the test decided ({decided}) but one visit's trials put the median ratio across the bound (each visit's median ratio: {list}). The machine changed during the run (a hypervisor moving vCPUs, other tenants), so no verdict{placements}"
             );
             result.verdict = Verdict::Undecided;
         } else {
             result.explanation = format!(
-                "{}; no visit's trials contradict it (each visit's median ratio: {list})",
-                result.explanation
+                "{decided}; no visit's trials contradict it (each visit's median ratio: {list}){placements}"
             );
         }
         result
@@ -444,6 +452,20 @@ impl ClaimState {
             .collect()
     }
 
+    /// Trials from separate placements of the two CPUs (see `placement.rs`): each one's
+    /// median, a clause for the end of the explanation (empty if there is nothing to say).
+    fn placement_clause(&self, data: &Data) -> String {
+        if !self.two_thread {
+            return String::new();
+        }
+        super::placement::by_placement(
+            &(self.since..data.trials as usize)
+                .map(|t| (data.round_trip[t], self.ratio_at(data, t)))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap_or_default()
+    }
+
     /// The confidence sequence's interval for the median ratio (in the claim's own units),
     /// narrowed to what the gate has established over all trials.
     fn interval(&self, ratios: &[f64]) -> (f64, f64) {
@@ -496,7 +518,7 @@ impl ClaimState {
                 self.gate.pairs()
             )
         };
-        let (verdict, explanation) = if self.capped > 0 {
+        let (verdict, mut explanation) = if self.capped > 0 {
             (
                 Verdict::Undecided,
                 format!(
@@ -524,6 +546,7 @@ impl ClaimState {
                 ),
             }
         };
+        explanation.push_str(&self.placement_clause(data));
         ClaimResult {
             id: spec.id.into(),
             kind: spec.kind,

@@ -64,6 +64,10 @@ pub(crate) struct Data {
     pub series: Vec<Option<Series>>,
     /// The visit that kept each trial.
     pub visit: Vec<u32>,
+    /// Each trial's placement tag: the cache-line round trip between the two-thread variants'
+    /// CPUs, in ns, as its window closed (NaN: not measured, or the CPUs moved during the
+    /// window; see `placement.rs`).
+    pub round_trip: Vec<f64>,
     pub trials: u64,
 }
 
@@ -78,19 +82,23 @@ impl Data {
             pooled: (0..nv).map(|v| vec![Vec::new(); metrics(v)]).collect(),
             series: vec![None; nv],
             visit: Vec::new(),
+            round_trip: Vec::new(),
             trials: 0,
         }
     }
 
-    /// Appends one trial of visit `visit`: `samples[v]` is None for a variant that did not run.
+    /// Appends one trial of visit `visit`, tagged `round_trip` (see the field): `samples[v]` is
+    /// None for a variant that did not run.
     pub fn push(
         &mut self,
         plan: &Plan<'_>,
         layout: &Layout,
         visit: u32,
+        round_trip: f64,
         samples: Vec<Option<Sample>>,
     ) {
         self.visit.push(visit);
+        self.round_trip.push(round_trip);
         for (v, sample) in samples.into_iter().enumerate() {
             let metrics = &plan.sections[layout.section_of[v]].metrics;
             for (m, metric) in metrics.iter().enumerate() {

@@ -12,6 +12,10 @@
 //!
 //! Trials are kept a *window* at a time (about half a second): if other processes loaded the
 //! CPUs during the window, its trials are discarded and measured again (see [`crate::load`]).
+//! In experiments with two-thread variants each window is also tagged with where the host has
+//! put their two CPUs (a quick cache-line round trip between them, `runner/placement.rs`): a
+//! section reports the range it saw, and a claim with enough trials in two placements gives
+//! each one's median ratio beside its verdict.
 //!
 //! The runner does not decide how long an experiment runs: the [planner](crate::planner) gives
 //! it a slice of time per *visit*, and may visit it again with time other experiments did not
@@ -20,6 +24,7 @@
 mod assemble;
 mod claims;
 mod data;
+mod placement;
 mod state;
 mod trials;
 

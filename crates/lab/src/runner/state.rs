@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::load::Load;
-use crate::results::{LoadRecord, Visit};
+use crate::results::{LoadRecord, RoundTripRecord, Visit};
 use crate::spec::{Body, Plan};
 
 use super::claims::ClaimState;
@@ -19,6 +19,8 @@ pub(crate) struct SectionState {
     /// Trials discarded under load.
     pub discarded: u64,
     pub load: LoadRecord,
+    /// The round trips measured as its windows closed (two-thread experiments only).
+    pub round_trip: Option<RoundTripRecord>,
     /// Set once the runner stops running the section, with the reason.
     pub done: Option<String>,
     /// It reached the profile's trial cap: its open claims cannot get more trials.

@@ -652,3 +652,43 @@ fn a_calibration_cut_short_goes_on_at_the_next_visit() {
     assert!(r.trials > 0, "{}", r.stop_reason);
     assert!(saved.0.partial.is_none() && saved.0.work.is_some());
 }
+
+/// An experiment with two-thread variants times the round trip between their two CPUs as its
+/// windows of trials open and close (where the machine has two CPUs to pin to) and tags every
+/// kept trial; one without such variants records nothing.
+#[test]
+fn two_thread_experiments_record_where_their_cpus_are() {
+    let m = machine();
+    for threads in [1, 2, 3] {
+        let mut session = Collect { snapshots: 0 };
+        let mut load = quiet();
+        let mut ctx = visit_ctx(&m, &mut session, &mut load, first(5));
+        let mut plan = Plan::new();
+        plan.section(Section::new("s", "s").metric(Metric::time("v", "value")));
+        plan.variant(
+            Variant::fixed("s", "a", "a", || {
+                std::thread::sleep(Duration::from_millis(1));
+                v(1.0)
+            })
+            .threads(threads),
+        );
+        ctx.measure(plan).unwrap();
+        let r = ctx.result.take().unwrap();
+        let saved = ctx.saved.take().unwrap();
+        assert!(r.trials > 0, "{}", r.stop_reason);
+        // A tag per kept trial, whatever the probe found.
+        assert_eq!(saved.0.data.round_trip.len() as u64, saved.0.data.trials);
+        let record = r.sections[0].round_trip;
+        if threads != 2 {
+            assert_eq!(record, None, "threads {threads}");
+            assert!(saved.0.data.round_trip.iter().all(|t| t.is_nan()));
+        } else if let Some(record) = record {
+            // (None on one CPU, or where other work kept the probe from agreeing with itself.)
+            assert!(record.windows >= 1, "{record:?}");
+            assert!(
+                record.min_ns > 0.0 && record.min_ns <= record.max_ns,
+                "{record:?}"
+            );
+        }
+    }
+}

@@ -115,6 +115,8 @@ struct Pending {
 /// Trials since the last load reading.
 struct Window {
     start: Option<Reading>,
+    /// The two-thread CPUs' round trip as the window opened (see `placement.rs`).
+    round_trip: Option<f64>,
     opened: Instant,
     trials: Vec<Pending>,
 }
@@ -224,6 +226,7 @@ impl Ctx<'_> {
         let limits = self.limits();
         let mut window = Window {
             start: self.load.read(),
+            round_trip: self.placement(plan),
             opened: Instant::now(),
             trials: Vec::new(),
         };
@@ -309,6 +312,9 @@ impl Ctx<'_> {
         if !window.trials.is_empty() && age < MIN_WINDOW {
             std::thread::sleep(MIN_WINDOW - age);
         }
+        // The probe before the load reading: its own CPU time belongs to this window, whose
+        // trials are over, not to the next one's.
+        let round_trip = self.placement(plan);
         let now = self.load.read();
         let load = match (&window.start, &now) {
             (Some(a), Some(b)) => Some(Load::between(a, b, self.load.ticks_per_second())),
@@ -316,34 +322,67 @@ impl Ctx<'_> {
         };
         let loaded = load.is_some_and(|l| l.disturbs(self.cores()));
         let discard = loaded && self.load.discards();
+        // A loaded window's probes may have waited for the other work: no placement.
+        let tag = if loaded {
+            f64::NAN
+        } else {
+            super::placement::window_tag(window.round_trip, round_trip)
+        };
         let trials = std::mem::take(&mut window.trials);
-        if let Some(load) = &load {
-            for (s, section) in state.sections.iter_mut().enumerate() {
-                let ran = trials.iter().filter(|t| t.active[s]).count() as u64;
-                if ran > 0 {
+        for (s, section) in state.sections.iter_mut().enumerate() {
+            let ran = trials.iter().filter(|t| t.active[s]).count() as u64;
+            if ran > 0 {
+                if let Some(load) = &load {
                     section.window(load, loaded, discard, ran);
+                }
+                let pair = layout.members[s]
+                    .iter()
+                    .any(|&v| super::placement::on_the_pair(&plan.variants[v]));
+                if pair {
+                    super::placement::record(&mut section.round_trip, tag);
                 }
             }
         }
         if !discard {
             for trial in trials {
-                self.keep(plan, layout, state, trial);
+                self.keep(plan, layout, state, trial, tag);
             }
         }
         *window = Window {
             start: now,
+            round_trip,
             opened: Instant::now(),
             trials: Vec::new(),
         };
     }
 
-    /// Records a trial and feeds it to the open claims, freezing those it decides.
-    fn keep(&mut self, plan: &Plan<'_>, layout: &Layout, state: &mut State, trial: Pending) {
+    /// The round trip between the CPUs of the plan's two-thread variants now (None without
+    /// such variants, or a second CPU): the placement the next window's trials run in.
+    fn placement(&self, plan: &Plan<'_>) -> Option<f64> {
+        if !plan.variants.iter().any(super::placement::on_the_pair) {
+            return None;
+        }
+        let [a, b] = self.cpu_pair()?;
+        crate::sys::quick_round_trip_ns(a, b)
+    }
+
+    /// Records a trial (placement tag `round_trip`, see `placement.rs`) and feeds it to the
+    /// open claims, freezing those it decides.
+    fn keep(
+        &mut self,
+        plan: &Plan<'_>,
+        layout: &Layout,
+        state: &mut State,
+        trial: Pending,
+        round_trip: f64,
+    ) {
         for (s, &a) in trial.active.iter().enumerate() {
             state.sections[s].trials += u64::from(a);
         }
         let visit = state.visit();
-        state.data.push(plan, layout, visit, trial.samples);
+        state
+            .data
+            .push(plan, layout, visit, round_trip, trial.samples);
         let t = state.data.trials as usize - 1;
         let min_trials = self.limits().min_trials;
         for (spec, claim) in plan.claims.iter().zip(state.claims.iter_mut()) {
