@@ -94,8 +94,8 @@ pub(crate) struct ClaimState {
     pub sections: [usize; 2],
     pub guarantee: bool,
     names: [Operand; 2],
-    /// An operand runs two threads or more: its figures depend on where the host puts the
-    /// CPUs (see `placement.rs`).
+    /// An operand runs on the lab's CPU pair (two threads): its figures depend on where the
+    /// host puts those CPUs (see `placement.rs`).
     two_thread: bool,
     /// Trials whose operands hit a cap in a way that leaves the relation unknown.
     capped: u64,
