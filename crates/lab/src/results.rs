@@ -306,6 +306,16 @@ pub struct RoundTripRecord {
 /// hyperthreads of one core and cores of different chiplets.
 pub const SAME_PLACEMENT: f64 = 1.5;
 
+/// "60 ns", or "60–75 ns" when the two ends differ by 5 % or more: a range of round trips as
+/// the reports print it.
+pub fn ns_range(lo: f64, hi: f64) -> String {
+    if hi >= 1.05 * lo {
+        format!("{lo:.0}–{hi:.0} ns")
+    } else {
+        format!("{lo:.0} ns")
+    }
+}
+
 impl RoundTripRecord {
     /// Whether the host moved the two CPUs while the section ran: its slowest window's round
     /// trip at least [`SAME_PLACEMENT`] × its fastest's.

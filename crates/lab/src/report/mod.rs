@@ -318,11 +318,7 @@ pub fn sections_run_grid(e: &crate::results::ExperimentResult) -> Grid {
                 }
             });
             let round_trip = s.round_trip.map_or("—".to_string(), |r| {
-                let range = if r.max_ns >= 1.05 * r.min_ns {
-                    format!("{:.0}–{:.0} ns", r.min_ns, r.max_ns)
-                } else {
-                    format!("{:.0} ns", r.min_ns)
-                };
+                let range = crate::results::ns_range(r.min_ns, r.max_ns);
                 if r.moved() {
                     format!("{range}: changed")
                 } else {

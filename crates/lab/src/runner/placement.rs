@@ -17,7 +17,7 @@
 //! ([`by_placement`]).
 
 use crate::report::format::num;
-use crate::results::{RoundTripRecord, SAME_PLACEMENT};
+use crate::results::{ns_range, RoundTripRecord, SAME_PLACEMENT};
 
 /// Fewest trials a placement needs for its median to be reported.
 const MIN_TRIALS: usize = 5;
@@ -25,9 +25,11 @@ const MIN_TRIALS: usize = 5;
 /// How [`by_placement`]'s clause begins: a result's explanation holds at most one, at its end.
 const CLAUSE: &str = "; the round trip between the two CPUs changed during these trials";
 
-/// Whether a variant runs on the lab's CPU pair (`Ctx::cpu_pair`): the experiments pin their
-/// two-thread variants there. Variants of more threads spread over the machine, where one
-/// pair's round trip says little.
+/// Whether a variant runs on the lab's CPU pair (`Ctx::cpu_pair`): a two-thread variant.
+/// Those of `rings` and most others pin there; an unpinned one shares the pair's placement
+/// only on a 2-CPU machine, where the pair is every CPU (elsewhere its tags describe the pair,
+/// not necessarily its own CPUs). Variants of more threads spread over the machine, where
+/// one pair's round trip says little.
 pub fn on_the_pair(v: &crate::spec::Variant<'_>) -> bool {
     v.threads == 2
 }
@@ -115,14 +117,9 @@ pub fn by_placement(trials: &[(f64, f64)]) -> Option<String> {
     ))
 }
 
-/// "60 ns" or "60–75 ns": the round trips of a group.
+/// The range of a group's round trips, sorted by them.
 fn range_of(group: &[(f64, f64)]) -> String {
-    let (lo, hi) = (group[0].0, group[group.len() - 1].0);
-    if hi >= 1.05 * lo {
-        format!("{lo:.0}–{hi:.0} ns")
-    } else {
-        format!("{lo:.0} ns")
-    }
+    ns_range(group[0].0, group[group.len() - 1].0)
 }
 
 #[cfg(test)]
