@@ -70,7 +70,7 @@ use core::sync::atomic::Ordering::*;
 use spindle_sync::percpu::rseq::{self, Peek};
 
 use crate::classes::{cache_capacity, size_of, CLASSES};
-use crate::hot::HOT;
+use crate::hot::hot;
 use crate::os;
 
 /// Bytes of one class's record in a slab.
@@ -132,7 +132,7 @@ pub enum Outcome {
 
 /// The cache mode in words, for statistics and the lab.
 pub fn mode_name() -> &'static str {
-    match HOT.mode.load(Relaxed) {
+    match hot().mode.load(Relaxed) {
         GLIBC => "per-CPU (rseq, glibc's registration)",
         OWN => "per-CPU (rseq, own registration)",
         THREAD => "per-thread (no restartable sequences)",
@@ -143,16 +143,16 @@ pub fn mode_name() -> &'static str {
 #[cold]
 #[inline(never)]
 fn decide() -> u8 {
-    if HOT
+    if hot()
         .mode
         .compare_exchange(UNDECIDED, DECIDING, Acquire, Acquire)
         .is_err()
     {
         // Another thread (or this one, re-entered) is deciding.
-        return HOT.mode.load(Acquire);
+        return hot().mode.load(Acquire);
     }
     if forced_thread_mode() {
-        HOT.mode.store(THREAD, Release);
+        hot().mode.store(THREAD, Release);
         return THREAD;
     }
     let slabs = os::reserve(MAX_INDEX * SLAB_BYTES);
@@ -160,17 +160,19 @@ fn decide() -> u8 {
     let mode = if slabs.is_null() {
         THREAD
     } else {
-        HOT.slabs.store(slabs as usize, Relaxed);
-        HOT.index_field
+        hot().slabs.store(slabs as usize, Relaxed);
+        hot()
+            .index_field
             .store(spindle_sync::percpu::index_field(), Relaxed);
         match (p.registration, rseq::glibc_offset()) {
             (rseq::Registration::Glibc, Some(off)) => {
-                HOT.glibc_offset.store(off, Relaxed);
+                hot().glibc_offset.store(off, Relaxed);
                 if let Ok(off) = i32::try_from(off) {
-                    let index = HOT.index_field.load(Relaxed);
-                    HOT.fast_rseq
+                    let index = hot().index_field.load(Relaxed);
+                    hot()
+                        .fast_rseq
                         .store(off as u32 as usize | index << 32, Relaxed);
-                    HOT.fast_slabs.store(slabs as usize, Release);
+                    hot().fast_slabs.store(slabs as usize, Release);
                 }
                 GLIBC
             }
@@ -178,7 +180,7 @@ fn decide() -> u8 {
             _ => THREAD,
         }
     };
-    HOT.mode.store(mode, Release);
+    hot().mode.store(mode, Release);
     mode
 }
 
@@ -213,7 +215,7 @@ thread_local! {
 /// one list per class of its frees stays behind). The own registration is not watched: its
 /// thread-local area is gone before key destructors run. Thread caches have their own flush.
 pub fn watch_exit() {
-    if HOT.mode.load(Relaxed) != GLIBC {
+    if hot().mode.load(Relaxed) != GLIBC {
         return;
     }
     // Set before the key is set: pthread_setspecific may allocate, and land here again.
@@ -243,7 +245,7 @@ fn area(mode: u8) -> Result<*mut u8, bool> {
                 core::arch::asm!("mrs {}, tpidr_el0", out(reg) tp,
                     options(nomem, nostack, preserves_flags));
             }
-            Ok(tp.wrapping_add_signed(HOT.glibc_offset.load(Relaxed)) as *mut u8)
+            Ok(tp.wrapping_add_signed(hot().glibc_offset.load(Relaxed)) as *mut u8)
         }
         OWN => match rseq::peek_area() {
             Peek::Ready(a) => Ok(a),
@@ -478,7 +480,7 @@ enum Target {
 
 #[inline(always)]
 fn target() -> Target {
-    match area(HOT.mode.load(Acquire)) {
+    match area(hot().mode.load(Acquire)) {
         Ok(a) => Target::Cpu(a),
         Err(true) => thread_slab().map_or(Target::None, Target::Thread),
         Err(false) => Target::None,
@@ -525,11 +527,11 @@ pub fn push_fast(c: usize, p: usize) -> bool {
 /// The slabs, glibc's rseq offset and the index field, when the fast path is on: two loads.
 #[inline(always)]
 fn fast_config() -> Option<(usize, isize, usize)> {
-    let slabs = HOT.fast_slabs.load(Acquire);
+    let slabs = hot().fast_slabs.load(Acquire);
     if slabs == 0 {
         return None;
     }
-    let r = HOT.fast_rseq.load(Relaxed);
+    let r = hot().fast_rseq.load(Relaxed);
     Some((slabs, r as u32 as i32 as isize, r >> 32))
 }
 
@@ -540,9 +542,9 @@ fn fast_config() -> Option<(usize, isize, usize)> {
 pub fn pop(c: usize) -> Outcome {
     match target() {
         Target::Cpu(a) => {
-            let base = HOT.slabs.load(Relaxed) + c * RECORD;
+            let base = hot().slabs.load(Relaxed) + c * RECORD;
             // SAFETY: a registered area of this thread; the slabs' geometry.
-            let (s, p) = unsafe { pop_rseq(a, HOT.index_field.load(Relaxed), base) };
+            let (s, p) = unsafe { pop_rseq(a, hot().index_field.load(Relaxed), base) };
             outcome(s, p, || on_thread_slab(|r| plain::pop(r, size_of(c)), c))
         }
         Target::Thread(slab) => plain::pop(slab + c * RECORD, size_of(c)),
@@ -556,9 +558,9 @@ pub fn push(c: usize, p: usize) -> Outcome {
     let cap = cache_capacity(c);
     match target() {
         Target::Cpu(a) => {
-            let base = HOT.slabs.load(Relaxed) + c * RECORD;
+            let base = hot().slabs.load(Relaxed) + c * RECORD;
             // SAFETY: as in pop.
-            let s = unsafe { push_rseq(a, HOT.index_field.load(Relaxed), base, p) };
+            let s = unsafe { push_rseq(a, hot().index_field.load(Relaxed), base, p) };
             outcome(s, 0, || on_thread_slab(|r| plain::push(r, p, cap), c))
         }
         Target::Thread(slab) => plain::push(slab + c * RECORD, p, cap),
@@ -570,9 +572,9 @@ pub fn push(c: usize, p: usize) -> Outcome {
 pub fn swap(c: usize, off: usize, old: usize, new: usize) -> Outcome {
     match target() {
         Target::Cpu(a) => {
-            let base = HOT.slabs.load(Relaxed) + c * RECORD;
+            let base = hot().slabs.load(Relaxed) + c * RECORD;
             // SAFETY: as in pop.
-            let s = unsafe { swap_rseq(a, HOT.index_field.load(Relaxed), base, off, old, new) };
+            let s = unsafe { swap_rseq(a, hot().index_field.load(Relaxed), base, off, old, new) };
             outcome(s, 0, || {
                 on_thread_slab(|r| plain::swap(r, off, old, new), c)
             })
@@ -589,14 +591,14 @@ pub fn read(c: usize) -> Option<[usize; 4]> {
         Target::Cpu(a) => {
             // SAFETY: reads this thread's area (the index field).
             let i = unsafe {
-                core::ptr::read_volatile(a.add(HOT.index_field.load(Relaxed)) as *const u32)
+                core::ptr::read_volatile(a.add(hot().index_field.load(Relaxed)) as *const u32)
             };
             // SAFETY: as above.
             let cpu = unsafe { core::ptr::read_volatile(a.add(rseq::CPU_ID) as *const i32) };
             if cpu < 0 || i as usize >= MAX_INDEX {
                 thread_slab()? + c * RECORD
             } else {
-                HOT.slabs.load(Relaxed) + i as usize * SLAB_BYTES + c * RECORD
+                hot().slabs.load(Relaxed) + i as usize * SLAB_BYTES + c * RECORD
             }
         }
         Target::Thread(slab) => slab + c * RECORD,
@@ -710,7 +712,7 @@ fn make_thread_slab() -> Option<usize> {
 
 /// Blocks of class `c` held by the per-CPU caches (a racy sum, for statistics).
 pub fn cached(c: usize) -> usize {
-    let slabs = HOT.slabs.load(Relaxed);
+    let slabs = hot().slabs.load(Relaxed);
     if slabs == 0 {
         return 0;
     }

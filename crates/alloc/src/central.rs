@@ -53,7 +53,7 @@
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
 
 use crate::classes::{size_of, CLASSES};
-use crate::hot::HOT;
+use crate::hot::hot;
 use crate::os;
 use crate::stack::{link, Stack};
 
@@ -133,7 +133,8 @@ fn reserve_region() -> (usize, usize) {
                         unsafe { os::advise_huge(base as *mut u8, len) };
                     }
                     REGION_BASE.store(base, Relaxed);
-                    HOT.region
+                    hot()
+                        .region
                         .store(base | len.trailing_zeros() as usize, Release);
                     REGION_BYTES.store(len, Release);
                     return (base, chunks);
@@ -170,8 +171,8 @@ pub fn class_of_block(p: *mut u8) -> Option<usize> {
     // The slot's load needs nothing loaded first; the region test runs beside it: p is in
     // the region when it agrees with the base above the length's bit (before publication
     // the word is 0 and the shift 0, so only null would pass, and its slot holds 0 then).
-    let c = HOT.chunk_class[chunk_slot(p)].load(Relaxed);
-    let w = HOT.region.load(Acquire);
+    let c = hot().chunk_class[chunk_slot(p)].load(Relaxed);
+    let w = hot().region.load(Acquire);
     if (p ^ w) >> (w & 63) != 0 || c == 0 {
         return None;
     }
@@ -216,7 +217,7 @@ pub fn carve(c: usize, k: usize) -> Option<(usize, usize)> {
         }
         let base = REGION_BASE.load(Relaxed);
         for i in s..s + k {
-            HOT.chunk_class[chunk_slot(base + i * CHUNK)].store(c as u8 + 1, Relaxed);
+            hot().chunk_class[chunk_slot(base + i * CHUNK)].store(c as u8 + 1, Relaxed);
         }
         match f.compare_exchange(cur, (s as u64) << 32, AcqRel, Acquire) {
             Ok(_) => cur = (s as u64) << 32,
