@@ -1,8 +1,8 @@
-//! The words `malloc` and `free` read on their fast paths, in one static: code inlined into
-//! another crate reaches a static through the global offset table, one load per static, and
-//! loads are what those paths are made of. So the first cache line holds every hot word and
-//! the chunk table follows it: one address for all of them. On x86-64 even that one load is
-//! gone: [`hot`] computes the address from the instruction pointer.
+//! The words `malloc` and `free` read on their fast paths, in one static: rustc has code
+//! inlined into another crate reach a static through the global offset table, one load per
+//! static, and loads are what those paths are made of. So the first cache line holds every hot
+//! word and the chunk table follows it: one address for all of them. On x86-64 even that one
+//! load is gone: [`hot`] computes the address from the instruction pointer.
 
 use core::sync::atomic::{AtomicIsize, AtomicU8, AtomicUsize};
 
@@ -49,8 +49,14 @@ pub(crate) static HOT: Hot = Hot {
 /// entry even in a position-independent executable, and that load began both fast paths'
 /// chains of dependent loads (`free`: GOT, then `chunk_class`, then the cache record). Lab
 /// `alloc`'s random workload on one thread, same build otherwise: 6.59–6.73 ns a call against
-/// 6.74–7.00 (best of 7, four runs each in turn, Zen 4 guest). The symbol is the crate's own
-/// and not exported (also from the `cdylib`), so the PC-relative reference always links.
+/// 6.74–7.00 (best of 7, four runs each in turn, Zen 4 guest).
+///
+/// A PC-relative reference needs the static in the same linked object as the code: true of
+/// executables (static ones too) and of `cdylib`s such as `spindle-alloc-preload`, whose
+/// version script keeps the symbol local. A Rust `dylib` (`-C prefer-dynamic`) or a
+/// `staticlib` linked into a C shared library without a version script would export the
+/// symbol, and the link fails ("relocation R_X86_64_PC32 … recompile with -fPIC") rather than
+/// reach another copy of it.
 #[inline(always)]
 pub(crate) fn hot() -> &'static Hot {
     #[cfg(target_arch = "x86_64")]
