@@ -48,8 +48,7 @@ pub(crate) static HOT: Hot = Hot {
 /// the global offset table. rustc has the linker leave a static of another crate behind a GOT
 /// entry even in a position-independent executable, and that load began both fast paths'
 /// chains of dependent loads (`free`: GOT, then `chunk_class`, then the cache record). Lab
-/// `alloc`'s random workload on one thread, same build otherwise: 6.59–6.73 ns a call against
-/// 6.74–7.00 (best of 7, four runs each in turn, Zen 4 guest).
+/// `alloc`, section `random-1`, times the fast paths against mimalloc (`docs/results.md`).
 ///
 /// A PC-relative reference needs the static in the same linked object as the code: true of
 /// executables (static ones too) and of `cdylib`s such as `spindle-alloc-preload`, whose
