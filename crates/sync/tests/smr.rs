@@ -302,18 +302,22 @@ fn hazard_stress(barrier: Barrier) {
     let domain = Domain::with_barrier(barrier);
     let n = replacements();
     let writers = writers();
-    // Computed once: `writers()` asks the OS for the CPU count (cgroup files), too slow for a
-    // loop whose writers must keep up with the readers.
-    let bound = domain.pending_bound(writers) as u64;
+    let readers = readers();
     let s = &*shared;
     let d = &domain;
     let peak = AtomicU64::new(0);
     let over_bound = AtomicU64::new(0);
     let (peak, over_bound) = (&peak, &over_bound);
+    // The bound grows with the domain's slots: it is read once every reader holds its slot
+    // (read before, it was the bound of a domain with no readers, which 16 writers on a
+    // 16-core Xeon exceeded at once).
+    let registered = std::sync::Barrier::new(readers + 1);
+    let registered = &registered;
     std::thread::scope(|scope| {
-        for r in 0..readers() {
+        for r in 0..readers {
             scope.spawn(move || {
                 let mut hp = HazardPointer::new_in(d);
+                registered.wait();
                 let mut x = 0x9E37_79B9_7F4A_7C15 ^ (r as u64 + 1);
                 let mut reads = 0;
                 while !s.stop.load(Relaxed) {
@@ -327,6 +331,10 @@ fn hazard_stress(barrier: Barrier) {
                 s.reads.fetch_add(reads, Relaxed);
             });
         }
+        registered.wait();
+        // Computed once: `writers()` asks the OS for the CPU count (cgroup files), too slow for
+        // a loop whose writers must keep up with the readers.
+        let bound = domain.pending_bound(writers) as u64;
         let handles: Vec<_> = (0..writers)
             .map(|w| {
                 scope.spawn(move || {
@@ -360,6 +368,10 @@ fn hazard_stress(barrier: Barrier) {
         s.reads.load(Relaxed)
     );
     assert!(s.reads.load(Relaxed) > 0);
+    assert!(
+        domain.slots() >= readers,
+        "every reader held a slot while the bound was read"
+    );
     eprintln!(
         "hazard {barrier:?}: {} reads, {} replacements, {} nodes reused, peak pending {} (bound {})",
         s.reads.load(Relaxed),
