@@ -1,5 +1,6 @@
 //! Records the commit the lab is built from, so that every results.json says which code
-//! produced it ("unknown" outside a git checkout; "-dirty" when tracked files differ from it).
+//! produced it ("unknown" outside a git checkout; "-dirty" when tracked files differ from it),
+//! and whether it aligns loops to 64 bytes.
 
 use std::process::Command;
 
@@ -23,6 +24,19 @@ fn main() {
         ""
     };
     println!("cargo:rustc-env=SPINDLE_COMMIT={commit}{suffix}");
+    // Whether this build aligns loops to 64 bytes (`.cargo/config.toml`'s setting, which a
+    // RUSTFLAGS variable replaces): the lab names a build without it among a run's anomalies.
+    let flags = std::env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
+    let aligned = flags
+        .split('\x1f')
+        .any(|f| f.trim_start_matches("-C").trim_start_matches("llvm-args=") == "-align-loops=64");
+    println!(
+        "cargo:rustc-env=SPINDLE_LOOPS_ALIGNED={}",
+        u8::from(aligned)
+    );
+    for var in ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS"] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
     // Re-run when the checked-out commit or any source changes: HEAD (a checkout), the branch
     // it points to (a commit) and packed refs. Not `.git/index`, which `git status` and editors
     // touch without changing anything, and which would rebuild the lab each time.
@@ -38,7 +52,12 @@ fn main() {
             }
         }
     }
-    for path in ["../../src", "../../crates", "../../Cargo.toml"] {
+    for path in [
+        "../../src",
+        "../../crates",
+        "../../Cargo.toml",
+        "../../.cargo/config.toml",
+    ] {
         println!("cargo:rerun-if-changed={path}");
     }
 }

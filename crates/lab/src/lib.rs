@@ -75,6 +75,12 @@ pub use spec::Info;
 /// The commit this binary was built from, recorded by the build script.
 pub const COMMIT: &str = env!("SPINDLE_COMMIT");
 
+/// Whether this build aligns every loop to 64 bytes (`-C llvm-args=-align-loops=64`, set in
+/// `.cargo/config.toml`; a `RUSTFLAGS` variable replaces it). Without it, loops of a few
+/// cycles (a signal, a push and a pop) take a cycle more where they happen to cross a 64-byte
+/// boundary, and their verdicts can change from one build to the next.
+pub const LOOPS_ALIGNED: bool = matches!(env!("SPINDLE_LOOPS_ALIGNED").as_bytes(), b"1");
+
 /// What to run and where to write.
 #[derive(Clone, Debug)]
 pub struct LabOptions {
