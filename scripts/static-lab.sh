@@ -26,15 +26,19 @@ target=x86_64-unknown-linux-gnu
 dir=target/static
 mkdir -p "$dir/empty-gcc_s" "$out"
 [ -f "$dir/empty-gcc_s/libgcc_s.a" ] || ar rc "$dir/empty-gcc_s/libgcc_s.a"
-export RUSTFLAGS="-C target-feature=+crt-static -C llvm-args=-align-loops=64 -L native=$PWD/$dir/empty-gcc_s"
+# CARGO_ENCODED_RUSTFLAGS (flags separated by 0x1f) so that a path with spaces stays one flag.
+unset RUSTFLAGS
+CARGO_ENCODED_RUSTFLAGS=$(printf -- '-C\x1ftarget-feature=+crt-static\x1f-C\x1fllvm-args=-align-loops=64\x1f-L\x1fnative=%s' "$PWD/$dir/empty-gcc_s")
+export CARGO_ENCODED_RUSTFLAGS
 cargo build --release --quiet --target "$target" --target-dir "$dir"
 strip -o "$out/spindle" "$dir/$target/release/spindle"
 echo "$out/spindle"
 if [ "$tests" = 1 ]; then
   mkdir -p "$out/tests"
   # Each test target's newest executable, named crate-test (sync-rings, alloc-stress, …).
+  # Compiler messages go to stderr as usual; stdout carries only cargo's JSON.
   cargo test --release --workspace --no-run --target "$target" --target-dir "$dir" \
-    --message-format=json 2>/dev/null |
+    --message-format=json-render-diagnostics |
     python3 -c '
 import json, os, sys
 root = os.getcwd()
@@ -47,7 +51,8 @@ for line in sys.stdin:
     crate_dir = os.path.dirname(m["manifest_path"])
     crate = "spindle" if crate_dir == root else os.path.basename(crate_dir)
     kind = m["target"]["kind"][0]
-    test = m["target"]["name"] if kind == "test" else "unit" if kind == "lib" else kind
+    # The unit tests of a library (whatever its crate types: lib, rlib, cdylib) are "unit".
+    test = {"test": m["target"]["name"], "bin": "bin"}.get(kind, "unit")
     print(f"{crate}-{test}", m["executable"])
 ' | while read -r name exe; do
       strip -o "$out/tests/$name" "$exe"

@@ -251,7 +251,7 @@ impl Machine {
             }
         }
         if !crate::LOOPS_ALIGNED {
-            out.push("this lab was built without `-C llvm-args=-align-loops=64` (a RUSTFLAGS variable replaces the setting in .cargo/config.toml): a loop of a few cycles that crosses a 64-byte boundary takes a cycle more per iteration, so where the build placed the signal, push and pop loops can decide their claims; build with RUSTFLAGS=\"... -C llvm-args=-align-loops=64\"".to_string());
+            out.push("this lab was built without `-C llvm-args=-align-loops=64` (the workspace's .cargo/config.toml sets it; a RUSTFLAGS variable or any other rustflags setting replaces it, and a build started outside the workspace does not read it): a loop of a few cycles that crosses a 64-byte boundary takes a cycle more per iteration, so where the build placed the signal, push and pop loops can decide their claims; build with RUSTFLAGS=\"... -C llvm-args=-align-loops=64\"".to_string());
         }
         // The fast clocksource: the TSC on x86-64, the generic timer on arm64.
         let fast = if cfg!(target_arch = "aarch64") {

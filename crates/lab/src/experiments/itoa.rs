@@ -439,11 +439,13 @@ fn forward_chain(n: u64, at: usize) -> u64 {
         #[cfg(not(target_arch = "x86_64"))]
         {
             let v = u128::from(x) | u128::from(x) << 64;
-            // SAFETY: as above; volatile so that the compiler keeps both accesses in memory
-            // (how it splits them is its choice here: the section is exact on x86-64 only).
+            // SAFETY: as above (the load is of bytes: `at` need not be 8-aligned); volatile so
+            // that the compiler keeps both accesses in memory (how it splits them is its choice
+            // here: the section is exact on x86-64 only).
             unsafe {
                 core::ptr::write_volatile(p.cast::<u128>(), v);
-                x = core::ptr::read_volatile(p.add(at).cast::<u64>()) ^ 1;
+                let bytes = core::ptr::read_volatile(p.add(at).cast::<[u8; 8]>());
+                x = u64::from_le_bytes(bytes) ^ 1;
             }
         }
     }
