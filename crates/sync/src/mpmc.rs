@@ -73,6 +73,20 @@
 //! like every claim, at a CAS or at the `SeqCst` load of the other index that shows `Full` or
 //! `Empty`, and that load comes after the flag's `fetch_or`.
 //!
+//! **The claim's fast path.** `try_send` and `try_recv`, which every send and receive tries
+//! first (sync or async; a select's claims go to the loop), inline the loop's first round only,
+//! for its common outcomes: the slot free (written) and the CAS unopposed, or the channel full
+//! (empty) at the first look. Everything else (a lost race, a slot in flight, the
+//! disconnection) calls the loop, out of line, which starts again from the index's recent
+//! value. That takes two costs off the path from one operation's CAS to the next one's when a
+//! thread sends or receives back to back (lab `rings`, sections `async-stream-ct` and
+//! `onethread`): the no-ops with which the build pads the inlined code to align the loop's head
+//! (64 bytes), and the wait of the CAS for `next`'s selection between both outcomes for the
+//! new index word, which is now the old word plus one index with its flags cleared, behind a
+//! branch taken only at a lap's last slot (`next_word`). The answers, and the loads and CAS
+//! that decide them, are the loop's first round's. (A first lost race now tries again at once,
+//! in the loop, and backs off from the second.)
+//!
 //! **The slot is found before the CAS.** A `lock`ed instruction lets no later load start
 //! before it completes, so the claimed slot's address (from the slot array's pointer and the
 //! lap size) is computed before the CAS and handed to the write or read (`claim_send_at`,
@@ -165,6 +179,8 @@ const RECEIVERS_WAIT: u64 = 1;
 const SENDERS_WAIT: u64 = 1;
 const DISCONNECTED: u64 = 2;
 const SHIFT: u32 = 2;
+/// The flag bits below the index in an index word.
+const FLAGS: u64 = (1 << SHIFT) - 1;
 /// Indices are counted modulo 2^62 (they live in bits 2..64 of a word and in the stamps).
 const INDEX_MASK: u64 = u64::MAX >> SHIFT;
 /// How many times the slot protocol re-reads a slot whose other side is in flight before it
@@ -410,6 +426,19 @@ impl<T> Chan<T> {
         tail & DISCONNECTED != 0 || head.wrapping_add(self.one_lap) & INDEX_MASK != tail >> SHIFT
     }
 
+    /// The index word after `word` (whose index is `idx`), its flags cleared: within a lap
+    /// one addition to the word, behind a branch the predictor learns (taken once a lap, or
+    /// always at capacity 1), so that a claim's CAS waits for two instructions after its load
+    /// of the word rather than for [`Self::next`]'s choice between both outcomes.
+    #[inline(always)]
+    fn next_word(&self, word: u64, idx: u64) -> u64 {
+        if (idx & (self.one_lap - 1)) + 1 < self.slots.len() as u64 {
+            (word & !FLAGS) + (1 << SHIFT)
+        } else {
+            self.next(idx) << SHIFT
+        }
+    }
+
     /// The index after `idx`.
     #[inline]
     fn next(&self, idx: u64) -> u64 {
@@ -431,6 +460,41 @@ impl<T> Chan<T> {
 
     #[inline(always)]
     pub(crate) fn try_send(&self, value: T) -> Result<(), Blocked<T>> {
+        // The common case, inlined with no loop: connected, the slot free, the CAS unopposed
+        // (see "The claim's fast path" above).
+        let tail = self.tail.recent();
+        let idx = tail >> SHIFT;
+        let slot = self.slot(idx);
+        if tail & DISCONNECTED == 0 {
+            let stamp = slot.stamp.load(Acquire);
+            if stamp == idx {
+                let new = self.next_word(tail, idx);
+                if self
+                    .tail
+                    .compare_exchange(tail, new, SeqCst, Relaxed)
+                    .is_ok()
+                {
+                    self.tail.note(new);
+                    // SAFETY: claimed just now.
+                    unsafe { self.write_at(slot, idx, tail & RECEIVERS_WAIT != 0, value) };
+                    return Ok(());
+                }
+            } else if stamp.wrapping_add(self.one_lap) & INDEX_MASK == (idx + 1) & INDEX_MASK
+                && (self.head.load(SeqCst) >> SHIFT).wrapping_add(self.one_lap) & INDEX_MASK == idx
+            {
+                // Full, as the claim loop's first round would find it (the waiting sender's
+                // common case: answered without a call).
+                return Err(Blocked::Settled(value));
+            }
+        }
+        self.try_send_slow(value)
+    }
+
+    /// [`Self::try_send`]'s other cases, out of line: a lost race, a receiver in flight, the
+    /// disconnection, the lap's last slot when full — the claim loop, from its start.
+    #[cold]
+    #[inline(never)]
+    fn try_send_slow(&self, value: T) -> Result<(), Blocked<T>> {
         match self.claim_send_at() {
             Ok((idx, slot, wake)) => {
                 // SAFETY: claimed just now.
@@ -531,6 +595,43 @@ impl<T> Chan<T> {
 
     #[inline(always)]
     pub(crate) fn try_recv(&self) -> Result<T, Blocked<()>> {
+        // The common case, inlined with no loop (as in `try_send`): the slot written, the CAS
+        // unopposed.
+        let head = self.head.recent();
+        let idx = head >> SHIFT;
+        let slot = self.slot(idx);
+        let stamp = slot.stamp.load(Acquire);
+        if stamp == (idx + 1) & INDEX_MASK {
+            let new = self.next_word(head, idx);
+            if self
+                .head
+                .compare_exchange(head, new, SeqCst, Relaxed)
+                .is_ok()
+            {
+                self.head.note(new);
+                // SAFETY: claimed just now.
+                return Ok(unsafe { self.read_at(slot, idx, head & SENDERS_WAIT != 0) });
+            }
+        } else if stamp == idx {
+            // Empty, as the claim loop's first round would find it (the waiting receiver's
+            // common case: answered without a call).
+            let tail = self.tail.load(SeqCst);
+            if tail >> SHIFT == idx {
+                return Err(if tail & DISCONNECTED != 0 {
+                    Blocked::Disconnected(())
+                } else {
+                    Blocked::Settled(())
+                });
+            }
+        }
+        self.try_recv_slow()
+    }
+
+    /// [`Self::try_recv`]'s other cases, out of line: the claim loop, from its start (as
+    /// [`Self::try_send_slow`]).
+    #[cold]
+    #[inline(never)]
+    fn try_recv_slow(&self) -> Result<T, Blocked<()>> {
         let (idx, slot, wake) = self.claim_recv_at()?;
         // SAFETY: claimed just now.
         Ok(unsafe { self.read_at(slot, idx, wake) })
