@@ -76,16 +76,21 @@
 //! **The claim's fast path.** `try_send` and `try_recv`, which every send and receive tries
 //! first (sync or async; a select's claims go to the loop), inline the loop's first round only,
 //! for its common outcomes: the slot free (written) and the CAS unopposed, or the channel full
-//! (empty) at the first look. Everything else (a lost race, a slot in flight, the
-//! disconnection) calls the loop, out of line, which starts again from the index's recent
-//! value. That takes two costs off the path from one operation's CAS to the next one's when a
-//! thread sends or receives back to back (lab `rings`, sections `async-stream-ct` and
-//! `onethread`): the no-ops with which the build pads the inlined code to align the loop's head
-//! (64 bytes), and the wait of the CAS for `next`'s selection between both outcomes for the
-//! new index word, which is now the old word plus one index with its flags cleared, behind a
-//! branch taken only at a lap's last slot (`next_word`). The answers, and the loads and CAS
-//! that decide them, are the loop's first round's. (A first lost race now tries again at once,
-//! in the loop, and backs off from the second.)
+//! (empty, or empty and disconnected) at the first look. Everything else (a lost race, a slot
+//! in flight, a sender's disconnection) calls the loop, out of line, which starts again from
+//! the index's recent value. That takes two costs off the path from one operation's CAS to the
+//! next one's when a thread sends or receives back to back (lab `rings`, sections
+//! `async-stream-ct` and `onethread`): the no-ops with which the build pads the inlined code to
+//! align the loop's head (64 bytes), and the wait of the CAS for `next`'s selection between
+//! both outcomes for the new index word, which is now the old word plus one index with its
+//! flags cleared, behind a branch taken only at a lap's last slot (`next_word`). The answers,
+//! and the loads that decide them, are the loop's first round's; its CAS is the strong form (no
+//! spurious failure sends it to the loop). After a lost first CAS the loop starts from the
+//! copy again rather than from the value the CAS read, and skips the back-off of a first
+//! failure: at worst one more failed CAS.
+//!
+//! A full channel asks `tail` itself whether it is disconnected (`Chan::full`): the copy can
+//! lack the flag when a claimer's note of its own word lands after the disconnection's.
 //!
 //! **The slot is found before the CAS.** A `lock`ed instruction lets no later load start
 //! before it completes, so the claimed slot's address (from the slot array's pointer and the
@@ -484,14 +489,28 @@ impl<T> Chan<T> {
             {
                 // Full, as the claim loop's first round would find it (the waiting sender's
                 // common case: answered without a call).
-                return Err(Blocked::Settled(value));
+                return Err(self.full().with(value));
             }
         }
         self.try_send_slow(value)
     }
 
+    /// Why a send found the channel full: `Settled`, unless the disconnection came first. The
+    /// claim read `DISCONNECTED` from a copy of `tail` (`Index::recent`), which can lack it:
+    /// a claimer's note of its own new word may land after the disconnection's note of the
+    /// flag. A free slot would show it (the CAS fails against the word and reads it); a full
+    /// channel asks the word itself, on this rare path.
+    #[cold]
+    fn full(&self) -> Blocked<()> {
+        if self.tail.load(SeqCst) & DISCONNECTED != 0 {
+            Blocked::Disconnected(())
+        } else {
+            Blocked::Settled(())
+        }
+    }
+
     /// [`Self::try_send`]'s other cases, out of line: a lost race, a receiver in flight, the
-    /// disconnection, the lap's last slot when full — the claim loop, from its start.
+    /// disconnection — the claim loop, from its start.
     #[cold]
     #[inline(never)]
     fn try_send_slow(&self, value: T) -> Result<(), Blocked<T>> {
@@ -542,7 +561,7 @@ impl<T> Chan<T> {
                 // Last lap's item is still here.
                 let head = self.head.load(SeqCst) >> SHIFT;
                 if head.wrapping_add(self.one_lap) & INDEX_MASK == idx {
-                    return Err(Blocked::Settled(()));
+                    return Err(self.full());
                 }
                 spins += 1;
                 if spins > IN_FLIGHT_SPINS {
@@ -1633,6 +1652,37 @@ impl<T> std::fmt::Debug for Receiver<T> {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize as StdAtomicUsize;
+
+    /// `Chan::full`'s case, staged: the disconnection's flag is in `tail`, but the copy a claim
+    /// starts from lacks it (a claimer's note landed after the disconnection's). A full channel
+    /// must answer `Disconnected`, not `Full`, at every capacity (capacity 1: every index is
+    /// its lap's last).
+    #[test]
+    fn a_full_channel_reports_a_disconnection_its_copy_of_tail_lacks() {
+        for cap in [1, 2, 5] {
+            let (tx, rx) = channel::<usize>(cap);
+            for i in 0..cap {
+                tx.send(i).unwrap();
+            }
+            let Flavor::Array(c) = &tx.flavor else {
+                unreachable!("a bounded channel")
+            };
+            let stale = c.tail.recent();
+            c.tail.fetch_or(DISCONNECTED, SeqCst);
+            c.tail.note(stale);
+            assert_eq!(
+                tx.try_send(7),
+                Err(TrySendError::Disconnected(7)),
+                "capacity {cap}"
+            );
+            assert_eq!(
+                tx.send_timeout(8, Duration::from_millis(1)),
+                Err(SendTimeoutError::Disconnected(8)),
+                "capacity {cap}"
+            );
+            drop(rx);
+        }
+    }
 
     #[test]
     fn mpmc_fifo_full_empty_and_len() {
