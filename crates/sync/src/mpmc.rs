@@ -484,15 +484,39 @@ impl<T> Chan<T> {
                     unsafe { self.write_at(slot, idx, tail & RECEIVERS_WAIT != 0, value) };
                     return Ok(());
                 }
-            } else if stamp.wrapping_add(self.one_lap) & INDEX_MASK == (idx + 1) & INDEX_MASK
-                && (self.head.load(SeqCst) >> SHIFT).wrapping_add(self.one_lap) & INDEX_MASK == idx
-            {
+            } else if self.last_laps(stamp, idx) && self.full_at(idx) {
                 // Full, as the claim loop's first round would find it (the waiting sender's
                 // common case: answered without a call).
                 return Err(self.full().with(value));
             }
         }
         self.try_send_slow(value)
+    }
+
+    /// Whether a send's slot at index `idx`, stamped `stamp`, still holds last lap's item.
+    #[inline(always)]
+    fn last_laps(&self, stamp: u64, idx: u64) -> bool {
+        stamp.wrapping_add(self.one_lap) & INDEX_MASK == (idx + 1) & INDEX_MASK
+    }
+
+    /// Whether a send that found last lap's item at index `idx` found the channel full:
+    /// `head` a lap behind, by the `SeqCst` load that is `Full`'s linearisation point.
+    #[inline(always)]
+    fn full_at(&self, idx: u64) -> bool {
+        (self.head.load(SeqCst) >> SHIFT).wrapping_add(self.one_lap) & INDEX_MASK == idx
+    }
+
+    /// A receive found index `idx` unwritten: if `tail` is there too (the `SeqCst` load that
+    /// is `Empty`'s linearisation point), the channel is empty, and disconnected if `tail`
+    /// says so; None while a sender that claimed `idx` is still writing it.
+    #[inline(always)]
+    fn empty_at(&self, idx: u64) -> Option<Blocked<()>> {
+        let tail = self.tail.load(SeqCst);
+        (tail >> SHIFT == idx).then_some(if tail & DISCONNECTED != 0 {
+            Blocked::Disconnected(())
+        } else {
+            Blocked::Settled(())
+        })
     }
 
     /// Why a send found the channel full: `Settled`, unless the disconnection came first. The
@@ -557,10 +581,9 @@ impl<T> Chan<T> {
                         back_off(&mut contended);
                     }
                 }
-            } else if stamp.wrapping_add(self.one_lap) & INDEX_MASK == (idx + 1) & INDEX_MASK {
+            } else if self.last_laps(stamp, idx) {
                 // Last lap's item is still here.
-                let head = self.head.load(SeqCst) >> SHIFT;
-                if head.wrapping_add(self.one_lap) & INDEX_MASK == idx {
+                if self.full_at(idx) {
                     return Err(self.full());
                 }
                 spins += 1;
@@ -634,13 +657,8 @@ impl<T> Chan<T> {
         } else if stamp == idx {
             // Empty, as the claim loop's first round would find it (the waiting receiver's
             // common case: answered without a call).
-            let tail = self.tail.load(SeqCst);
-            if tail >> SHIFT == idx {
-                return Err(if tail & DISCONNECTED != 0 {
-                    Blocked::Disconnected(())
-                } else {
-                    Blocked::Settled(())
-                });
+            if let Some(why) = self.empty_at(idx) {
+                return Err(why);
             }
         }
         self.try_recv_slow()
@@ -687,13 +705,8 @@ impl<T> Chan<T> {
                 }
             } else if stamp == idx {
                 // Nothing written at this index yet.
-                let tail = self.tail.load(SeqCst);
-                if tail >> SHIFT == idx {
-                    return Err(if tail & DISCONNECTED != 0 {
-                        Blocked::Disconnected(())
-                    } else {
-                        Blocked::Settled(())
-                    });
+                if let Some(why) = self.empty_at(idx) {
+                    return Err(why);
                 }
                 spins += 1;
                 if spins > IN_FLIGHT_SPINS {
