@@ -35,8 +35,12 @@
 //!
 //! The two index words carry flags in their low bits:
 //!
-//! - `tail = index·4 | DISCONNECTED | RECEIVERS_WAIT`
-//! - `head = index·4 | SENDERS_WAIT`
+//! - `tail = index·8 | WATCHED | DISCONNECTED | RECEIVERS_WAIT`
+//! - `head = index·8 | WATCHED | SENDERS_WAIT`
+//!
+//! `RECEIVERS_WAIT` and `SENDERS_WAIT` stand for blocked `recv`s and `send`s, which sleep on
+//! the side's event count; `WATCHED` for selects and async tasks, which wait on the side's
+//! observer list (see "Watchers" below).
 //!
 //! ```text
 //! try_send(x):                                       (try_recv is the mirror image)
@@ -44,9 +48,11 @@
 //!   loop:
 //!     DISCONNECTED in t → Disconnected
 //!     s = stamp[t]
-//!     s == t:       CAS(tail, t → next(t), keeping DISCONNECTED, clearing RECEIVERS_WAIT)
+//!     s == t:       CAS(tail, t → next(t), keeping DISCONNECTED, clearing RECEIVERS_WAIT
+//!                   and WATCHED)
 //!                   on success: write; store(stamp[t], t + 1)
 //!                               if RECEIVERS_WAIT was in t: not_empty.increment()
+//!                               if WATCHED was in t: wake the receive side's observers
 //!     s == t + 1 − one_lap:   the slot holds last lap's item: Full if head == t − one_lap,
 //!                             else its receiver is still moving it out (spin a little)
 //!     otherwise:    another sender took t: back off, reload tail (unchanged: last lap's
@@ -127,9 +133,18 @@
 //! thread that was already running may take the value or the slot first. Under heavy
 //! oversubscription one waiter can lose that race for seconds while the rest of its side is
 //! served; a caller that needs a bound on its wait gives a deadline.
-//! Selects and async operations wait on the same flags: each side keeps a list of their
-//! contexts (`select.rs`), pushed before the flag is set, and the operation that clears the
-//! flag wakes that list too (one load when it is empty).
+//!
+//! **Watchers: selects and async tasks** wait on each side's list of their contexts and task
+//! entries (`Observers`, `select.rs`) under a flag of their own, `WATCHED`, pushed on the list
+//! before the flag is set; the operation that clears the flag wakes the list (one load when
+//! it is empty). The argument is the blocked receiver's above, with the list in place of the
+//! event count: the push happens-before the `fetch_or` that a later CAS reads. With a flag of
+//! their own, an operation that finds only watchers does not pay the event count's `lock
+//! xadd`, and one that finds only blocked threads does not look at the list. When watchers
+//! shared the waiting flags with blocked threads, every wake-up of a task or a select paid
+//! that `xadd` too (lab `rings`: section `async-stream-ct` against kanal from 0.91–0.96 to
+//! 0.84–0.91 on Zen 3, section `async-stream-mt` from 0.86–0.92 to 0.79–0.94; figures in
+//! the commit that split them).
 //!
 //! **Disconnection** (as crossbeam-channel): when the last `Sender` or the last `Receiver`
 //! goes, `DISCONNECTED` is set in `tail` and both event counts are signalled. Senders then fail
@@ -180,13 +195,21 @@ crate::channel::errors! {
     take: TryRecvError, RecvTimeoutError, RecvError, "receive";
 }
 
+/// A blocked receiver waits on `not_empty` (in `tail`).
 const RECEIVERS_WAIT: u64 = 1;
+/// A blocked sender waits on `not_full` (in `head`).
 const SENDERS_WAIT: u64 = 1;
 const DISCONNECTED: u64 = 2;
-const SHIFT: u32 = 2;
+/// A select or an async task watches the side (in `tail` for receives, `head` for sends): it
+/// waits on the side's list of observers, not on its event count.
+const WATCHED: u64 = 4;
+/// The flags that ask the operation that clears them to wake the other side.
+const WAKE: u64 = RECEIVERS_WAIT | WATCHED;
+const _: () = assert!(SENDERS_WAIT == RECEIVERS_WAIT && WAKE & DISCONNECTED == 0);
+const SHIFT: u32 = 3;
 /// The flag bits below the index in an index word.
 const FLAGS: u64 = (1 << SHIFT) - 1;
-/// Indices are counted modulo 2^62 (they live in bits 2..64 of a word and in the stamps).
+/// Indices are counted modulo 2^61 (they live in bits 3..64 of a word and in the stamps).
 const INDEX_MASK: u64 = u64::MAX >> SHIFT;
 /// How many times the slot protocol re-reads a slot whose other side is in flight before it
 /// reports that (the public `try_*` then yield and nap until it settles; see [`settle`]).
@@ -408,25 +431,26 @@ impl<T> Chan<T> {
         self.slots.len()
     }
 
-    /// Sets `RECEIVERS_WAIT` (a receiver about to wait) and says whether a receive could
-    /// proceed now: `tail` as the flag's `fetch_or` read it against `head` loaded after it
-    /// (what [`Flavor::is_ready`] computes with a length, from the same two words, without the
-    /// second read of `tail` that a consistent length needs). A send whose claim comes after
-    /// the `fetch_or` in `tail`'s modification order finds the flag and notifies; one that
-    /// came before is in the value read. A receiver taking that item meanwhile makes the answer
-    /// a spurious "ready", which only costs the caller a poll.
+    /// Sets `WATCHED` (a watcher of the receive side, on its list already) and says whether a
+    /// receive could proceed now: `tail` as the flag's `fetch_or` read it against `head` loaded
+    /// after it (what [`Flavor::is_ready`] computes with a length, from the same two words,
+    /// without the second read of `tail` that a consistent length needs). A send whose claim
+    /// comes after the `fetch_or` in `tail`'s modification order finds the flag and notifies;
+    /// one that came before is in the value read. A receiver taking that item meanwhile makes
+    /// the answer a spurious "ready", which only costs the caller a poll.
     #[inline]
     fn arm_recv_ready(&self) -> bool {
-        let tail = self.tail.set_flag(RECEIVERS_WAIT);
+        let tail = self.tail.set_flag(WATCHED);
         let head = self.head.load(SeqCst);
         tail & DISCONNECTED != 0 || tail >> SHIFT != head >> SHIFT
     }
 
-    /// The same for a sender: sets `SENDERS_WAIT` in `head`; ready unless `tail`, loaded after,
-    /// is a lap ahead of the `head` the `fetch_or` read (full), or shows the disconnection.
+    /// The same for a watcher of the send side: sets `WATCHED` in `head`; ready unless `tail`,
+    /// loaded after, is a lap ahead of the `head` the `fetch_or` read (full), or shows the
+    /// disconnection.
     #[inline]
     fn arm_send_ready(&self) -> bool {
-        let head = self.head.set_flag(SENDERS_WAIT) >> SHIFT;
+        let head = self.head.set_flag(WATCHED) >> SHIFT;
         let tail = self.tail.load(SeqCst);
         tail & DISCONNECTED != 0 || head.wrapping_add(self.one_lap) & INDEX_MASK != tail >> SHIFT
     }
@@ -481,7 +505,7 @@ impl<T> Chan<T> {
                 {
                     self.tail.note(new);
                     // SAFETY: claimed just now.
-                    unsafe { self.write_at(slot, idx, tail & RECEIVERS_WAIT != 0, value) };
+                    unsafe { self.write_at(slot, idx, tail & WAKE, value) };
                     return Ok(());
                 }
             } else if self.last_laps(stamp, idx) && self.full_at(idx) {
@@ -551,14 +575,14 @@ impl<T> Chan<T> {
     /// Claims the next index for a send (its slot empty), or says why not: the first half of
     /// a send; `wake` says whether receivers wait (their flag was in the word the CAS replaced).
     #[inline(always)]
-    fn claim_send(&self) -> Result<(u64, bool), Blocked<()>> {
+    fn claim_send(&self) -> Result<(u64, u64), Blocked<()>> {
         self.claim_send_at().map(|(idx, _, wake)| (idx, wake))
     }
 
     /// [`Self::claim_send`], with the claimed index's slot: found before the CAS, so that the
     /// write after it does not look for it again.
     #[inline(always)]
-    fn claim_send_at(&self) -> Result<(u64, &Slot<T>, bool), Blocked<()>> {
+    fn claim_send_at(&self) -> Result<(u64, &Slot<T>, u64), Blocked<()>> {
         let mut spins = 0;
         let mut contended = 0;
         let mut tail = self.tail.recent();
@@ -574,7 +598,7 @@ impl<T> Chan<T> {
                 match self.tail.compare_exchange_weak(tail, new, SeqCst, Relaxed) {
                     Ok(_) => {
                         self.tail.note(new);
-                        return Ok((idx, slot, tail & RECEIVERS_WAIT != 0));
+                        return Ok((idx, slot, tail & WAKE));
                     }
                     Err(t) => {
                         tail = t;
@@ -614,7 +638,7 @@ impl<T> Chan<T> {
     /// # Safety
     /// `idx` was claimed by [`Self::claim_send`] and not written since.
     #[inline(always)]
-    unsafe fn write(&self, idx: u64, wake: bool, value: T) {
+    unsafe fn write(&self, idx: u64, wake: u64, value: T) {
         // SAFETY: the caller's.
         unsafe { self.write_at(self.slot(idx), idx, wake, value) }
     }
@@ -624,14 +648,18 @@ impl<T> Chan<T> {
     /// # Safety
     /// As `write`'s.
     #[inline(always)]
-    unsafe fn write_at(&self, slot: &Slot<T>, idx: u64, wake: bool, value: T) {
+    unsafe fn write_at(&self, slot: &Slot<T>, idx: u64, wake: u64, value: T) {
         // SAFETY: the claim's CAS gave us index `idx`, whose slot is empty (stamp `idx`,
         // loaded with Acquire after its last receiver's Release).
         unsafe { (*slot.value.get()).write(value) };
         slot.stamp.store((idx + 1) & INDEX_MASK, Release);
-        if wake {
-            self.not_empty.increment();
-            self.recv_select.notify();
+        if wake != 0 {
+            if wake & RECEIVERS_WAIT != 0 {
+                self.not_empty.increment();
+            }
+            if wake & WATCHED != 0 {
+                self.recv_select.notify();
+            }
         }
     }
 
@@ -652,7 +680,7 @@ impl<T> Chan<T> {
             {
                 self.head.note(new);
                 // SAFETY: claimed just now.
-                return Ok(unsafe { self.read_at(slot, idx, head & SENDERS_WAIT != 0) });
+                return Ok(unsafe { self.read_at(slot, idx, head & WAKE) });
             }
         } else if stamp == idx {
             // Empty, as the claim loop's first round would find it (the waiting receiver's
@@ -677,13 +705,13 @@ impl<T> Chan<T> {
     /// Claims the next index for a receive (its slot written), or says why not: the first
     /// half of a receive; `wake` says whether senders wait.
     #[inline(always)]
-    fn claim_recv(&self) -> Result<(u64, bool), Blocked<()>> {
+    fn claim_recv(&self) -> Result<(u64, u64), Blocked<()>> {
         self.claim_recv_at().map(|(idx, _, wake)| (idx, wake))
     }
 
     /// [`Self::claim_recv`], with the claimed index's slot (as [`Self::claim_send_at`]).
     #[inline(always)]
-    fn claim_recv_at(&self) -> Result<(u64, &Slot<T>, bool), Blocked<()>> {
+    fn claim_recv_at(&self) -> Result<(u64, &Slot<T>, u64), Blocked<()>> {
         let mut spins = 0;
         let mut contended = 0;
         let mut head = self.head.recent();
@@ -696,7 +724,7 @@ impl<T> Chan<T> {
                 match self.head.compare_exchange_weak(head, new, SeqCst, Relaxed) {
                     Ok(_) => {
                         self.head.note(new);
-                        return Ok((idx, slot, head & SENDERS_WAIT != 0));
+                        return Ok((idx, slot, head & WAKE));
                     }
                     Err(h) => {
                         head = h;
@@ -737,7 +765,7 @@ impl<T> Chan<T> {
     /// # Safety
     /// `idx` was claimed by [`Self::claim_recv`] and not read since.
     #[inline(always)]
-    unsafe fn read(&self, idx: u64, wake: bool) -> T {
+    unsafe fn read(&self, idx: u64, wake: u64) -> T {
         // SAFETY: the caller's.
         unsafe { self.read_at(self.slot(idx), idx, wake) }
     }
@@ -747,15 +775,19 @@ impl<T> Chan<T> {
     /// # Safety
     /// As `read`'s.
     #[inline(always)]
-    unsafe fn read_at(&self, slot: &Slot<T>, idx: u64, wake: bool) -> T {
+    unsafe fn read_at(&self, slot: &Slot<T>, idx: u64, wake: u64) -> T {
         // SAFETY: the claim's CAS gave us index `idx`, whose slot holds its sender's value
         // (stamp `idx + 1`, loaded with Acquire after its Release).
         let value = unsafe { (*slot.value.get()).assume_init_read() };
         slot.stamp
             .store(idx.wrapping_add(self.one_lap) & INDEX_MASK, Release);
-        if wake {
-            self.not_full.increment();
-            self.send_select.notify();
+        if wake != 0 {
+            if wake & SENDERS_WAIT != 0 {
+                self.not_full.increment();
+            }
+            if wake & WATCHED != 0 {
+                self.send_select.notify();
+            }
         }
         value
     }
@@ -1164,11 +1196,11 @@ impl<T> Handle for Flavor<T> {
         match (self, send) {
             (Flavor::Array(c), true) => {
                 c.send_select.add(ctx);
-                c.head.set_flag(SENDERS_WAIT);
+                c.head.set_flag(WATCHED);
             }
             (Flavor::Array(c), false) => {
                 c.recv_select.add(ctx);
-                c.tail.set_flag(RECEIVERS_WAIT);
+                c.tail.set_flag(WATCHED);
             }
             (Flavor::List(_), true) => {}
             (Flavor::List(c), false) => c.watch(ctx),
@@ -1179,10 +1211,10 @@ impl<T> Handle for Flavor<T> {
     fn rearm(&self, send: bool) {
         match (self, send) {
             (Flavor::Array(c), true) => {
-                c.head.set_flag(SENDERS_WAIT);
+                c.head.set_flag(WATCHED);
             }
             (Flavor::Array(c), false) => {
-                c.tail.set_flag(RECEIVERS_WAIT);
+                c.tail.set_flag(WATCHED);
             }
             (Flavor::List(c), false) => c.rearm(),
             // A rendezvous' watch list has no flag; an unbounded send never waits.
@@ -1717,7 +1749,7 @@ mod tests {
         }
     }
 
-    /// Indices wrap modulo 2^62: a channel started two laps before the wrap keeps FIFO order,
+    /// Indices wrap modulo 2^61: a channel started two laps before the wrap keeps FIFO order,
     /// `Full`, `Empty`, `len` and the drop of what is left across it.
     #[test]
     fn mpmc_indices_wrap() {

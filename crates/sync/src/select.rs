@@ -18,7 +18,8 @@
 //!     ctx = new context {selected: WAITING, ec: event count};  e = ctx.ec.value()
 //!     register ctx on each operation's channel:
 //!       bounded / unbounded: push ctx on the side's observer list, then set the side's
-//!                            waiting flag (RECEIVERS_WAIT in tail, SENDERS_WAIT in head)
+//!                            flag (bounded: WATCHED in tail or head; unbounded: its
+//!                            waiting flag)
 //!       rendezvous:          queue an entry (ctx, index, own packet) as a blocked operation
 //!     none ready now (judged after registering) → ctx.ec.wait(e, deadline)
 //!     CAS(ctx.selected, WAITING → ABORTED)   // closes the registration
@@ -41,8 +42,8 @@
 //! (`mpmc.rs`, `list.rs`) with the observer list added: the context is on the list before the
 //! flag is set (`fetch_or`); an operation whose CAS comes after that `fetch_or` in the index
 //! word's modification order sees the flag (or finds it cleared by an earlier one that saw
-//! it), and after its stamp store increments the event count *and* every context on the list
-//! — which it sees, as the push happened-before the `fetch_or` its CAS read. One whose CAS
+//! it), and after its stamp store wakes every context on the list (and, unbounded, increments
+//! the event count) — which it sees, as the push happened-before the `fetch_or` its CAS read. One whose CAS
 //! came before is visible to the readiness check after registering (`len`, or the stamp for
 //! the in-flight case), and the select does not sleep. For rendezvous entries, the partner
 //! that pops one selects it under the channel's lock and, once it has released the lock,
@@ -537,7 +538,7 @@ pub(crate) struct Token {
     pub(crate) ptr: *const (),
     /// Bounded: whether the other side's waiting flag was in the word the claim replaced
     /// (then the completion wakes it).
-    pub(crate) wake: bool,
+    pub(crate) wake: u64,
     pub(crate) own: bool,
     /// The operation was claimed because the channel is disconnected: it completes with an
     /// error.
@@ -549,7 +550,7 @@ impl Default for Token {
         Token {
             index: 0,
             ptr: std::ptr::null(),
-            wake: false,
+            wake: 0,
             own: false,
             disconnected: false,
         }
