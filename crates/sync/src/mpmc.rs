@@ -142,12 +142,15 @@
 //! their own, an operation that finds only watchers does not pay the event count's `lock
 //! xadd`, and one that finds only blocked threads does not look at the list. When watchers
 //! shared the waiting flags with blocked threads, every wake-up of a task or a select paid
-//! that `xadd` too (lab `rings`: section `async-stream-ct` against kanal from 0.91–0.96 to
-//! 0.84–0.91 on Zen 3, section `async-stream-mt` from 0.86–0.92 to 0.79–0.94; figures in
-//! the commit that split them).
+//! that `xadd` too (lab `rings` on Zen 3, section `async-stream-ct` against kanal: 0.91–0.96
+//! before, 0.84–0.91 after, in runs interleaved; figures in the commit that split them).
+//! Blocked threads and watchers on one side at once, so that one claim hands over both flags:
+//! the stress test `async_stress_each_value_once` (`tests/async.rs`; a loom model of one
+//! blocked and one async receiver against two sends exceeds loom's branch limit).
 //!
 //! **Disconnection** (as crossbeam-channel): when the last `Sender` or the last `Receiver`
-//! goes, `DISCONNECTED` is set in `tail` and both event counts are signalled. Senders then fail
+//! goes, `DISCONNECTED` is set in `tail`, both event counts are signalled and both sides'
+//! observer lists notified (blocked threads and watchers alike). Senders then fail
 //! at once; receivers take what is left and then fail. When the last `Receiver` goes, it drops
 //! the items still in the channel at once (waiting for a sender in flight to finish writing
 //! one); items left when the last `Sender` goes stay for the receivers. Each item is dropped
@@ -205,7 +208,9 @@ const DISCONNECTED: u64 = 2;
 const WATCHED: u64 = 4;
 /// The flags that ask the operation that clears them to wake the other side.
 const WAKE: u64 = RECEIVERS_WAIT | WATCHED;
-const _: () = assert!(SENDERS_WAIT == RECEIVERS_WAIT && WAKE & DISCONNECTED == 0);
+const _: () = assert!(
+    SENDERS_WAIT == RECEIVERS_WAIT && WAKE & DISCONNECTED == 0 && WAKE | DISCONNECTED == FLAGS
+);
 const SHIFT: u32 = 3;
 /// The flag bits below the index in an index word.
 const FLAGS: u64 = (1 << SHIFT) - 1;
@@ -235,7 +240,7 @@ const IN_FLIGHT_MAX_NAP: Duration = Duration::from_millis(10);
 /// ```
 ///
 /// # Panics
-/// If `capacity` is above 2^60.
+/// If `capacity` is 2^60 or more (two laps must fit the 2^61 indices).
 pub fn channel<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
     if capacity == 0 {
         let chan = Arc::new(crate::rendezvous::Chan::new());
@@ -249,7 +254,7 @@ pub fn channel<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
         );
     }
     assert!(
-        (capacity as u64) <= 1 << 60,
+        (capacity as u64) < 1 << 60,
         "capacity {capacity} is too large"
     );
     let one_lap = (capacity as u64 + 1).next_power_of_two();
@@ -573,7 +578,8 @@ impl<T> Chan<T> {
     }
 
     /// Claims the next index for a send (its slot empty), or says why not: the first half of
-    /// a send; `wake` says whether receivers wait (their flag was in the word the CAS replaced).
+    /// a send; `wake` holds the receivers' waiting flags that were in the word the CAS replaced
+    /// (`RECEIVERS_WAIT`, `WATCHED`: which of them the completion wakes).
     #[inline(always)]
     fn claim_send(&self) -> Result<(u64, u64), Blocked<()>> {
         self.claim_send_at().map(|(idx, _, wake)| (idx, wake))
@@ -703,7 +709,7 @@ impl<T> Chan<T> {
     }
 
     /// Claims the next index for a receive (its slot written), or says why not: the first
-    /// half of a receive; `wake` says whether senders wait.
+    /// half of a receive; `wake` holds the senders' waiting flags (`SENDERS_WAIT`, `WATCHED`).
     #[inline(always)]
     fn claim_recv(&self) -> Result<(u64, u64), Blocked<()>> {
         self.claim_recv_at().map(|(idx, _, wake)| (idx, wake))

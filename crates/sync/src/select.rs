@@ -39,11 +39,12 @@
 //! it, waits for its `full` word.
 //!
 //! **Why no wake-up is lost.** For the slot channels, the argument of a blocked `recv`
-//! (`mpmc.rs`, `list.rs`) with the observer list added: the context is on the list before the
+//! (`mpmc.rs`, `list.rs`) with the observer list in place of (bounded: under its own flag,
+//! `WATCHED`) or beside (unbounded) the event count: the context is on the list before the
 //! flag is set (`fetch_or`); an operation whose CAS comes after that `fetch_or` in the index
 //! word's modification order sees the flag (or finds it cleared by an earlier one that saw
-//! it), and after its stamp store wakes every context on the list (and, unbounded, increments
-//! the event count) — which it sees, as the push happened-before the `fetch_or` its CAS read. One whose CAS
+//! it), and after its stamp store wakes every context on the list — which it sees, as the push
+//! happened-before the `fetch_or` its CAS read. One whose CAS
 //! came before is visible to the readiness check after registering (`len`, or the stamp for
 //! the in-flight case), and the select does not sleep. For rendezvous entries, the partner
 //! that pops one selects it under the channel's lock and, once it has released the lock,
@@ -536,8 +537,8 @@ pub(crate) struct Token {
     /// either the partner's (popped by the claim) or, with `own`, the select's own, through
     /// which a partner selected it.
     pub(crate) ptr: *const (),
-    /// Bounded: whether the other side's waiting flag was in the word the claim replaced
-    /// (then the completion wakes it).
+    /// Bounded: the other side's waiting flags that were in the word the claim replaced (the
+    /// completion wakes the waiters they stand for: blocked threads, watchers, or both).
     pub(crate) wake: u64,
     pub(crate) own: bool,
     /// The operation was claimed because the channel is disconnected: it completes with an
