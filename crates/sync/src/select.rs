@@ -44,9 +44,9 @@
 //! flag is set (`fetch_or`); an operation whose CAS comes after that `fetch_or` in the index
 //! word's modification order sees the flag (or finds it cleared by an earlier one that saw
 //! it), and after its stamp store wakes every context on the list — which it sees, as the push
-//! happened-before the `fetch_or` its CAS read. One whose CAS
-//! came before is visible to the readiness check after registering (`len`, or the stamp for
-//! the in-flight case), and the select does not sleep. For rendezvous entries, the partner
+//! happened-before the `fetch_or` its CAS read. One whose CAS came before is visible to the
+//! readiness check after registering (`len`, or the stamp for the in-flight case), and the
+//! select does not sleep. For rendezvous entries, the partner
 //! that pops one selects it under the channel's lock and, once it has released the lock,
 //! increments `ctx.ec` (or wakes the task: wakers run with no lock of the crate held); the
 //! readiness check reads the queues under the same lock. So every change that could let a registered
