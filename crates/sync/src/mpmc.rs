@@ -142,8 +142,8 @@
 //! their own, an operation that finds only watchers does not pay the event count's `lock
 //! xadd`, and one that finds only blocked threads does not look at the list. When watchers
 //! shared the waiting flags with blocked threads, every wake-up of a task or a select paid
-//! that `xadd` too (lab `rings` on Zen 3, section `async-stream-ct` against kanal: 0.91–0.96
-//! before, 0.84–0.91 after, in runs interleaved; figures in the commit that split them).
+//! that `xadd` too (lab `rings`, section `async-stream-ct`; the figures are in the commit that
+//! split the flags and in `docs/results.md`).
 //! Blocked threads and watchers on one side at once, so that one claim hands over both flags:
 //! the stress test `async_stress_each_value_once` (`tests/async.rs`; a loom model of one
 //! blocked and one async receiver against two sends exceeds loom's branch limit).
