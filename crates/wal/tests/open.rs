@@ -35,6 +35,15 @@ fn small() -> Options {
     }
 }
 
+/// Segments of 64 KiB: room for every record these tests write in one, without the default's
+/// 64 MiB of zeros to write and scan (a minute of a debug build under qemu-aarch64).
+fn one_segment() -> Options {
+    Options {
+        segment_bytes: 64 << 10,
+        ..Options::default()
+    }
+}
+
 #[test]
 fn records_survive_reopening_across_segments_and_checkpoints() {
     let dir = scratch("reopen");
@@ -83,7 +92,7 @@ fn records_survive_reopening_across_segments_and_checkpoints() {
 fn a_torn_tail_is_cut_and_reported_and_appending_goes_on_after_it() {
     let dir = scratch("torn");
     {
-        let wal = Wal::open(&dir, Options::default()).unwrap();
+        let wal = Wal::open(&dir, one_segment()).unwrap();
         for i in 0..10u8 {
             wal.append_durable(&[i; 100]).unwrap();
         }
@@ -97,14 +106,14 @@ fn a_torn_tail_is_cut_and_reported_and_appending_goes_on_after_it() {
     std::os::unix::fs::FileExt::write_at(&f, &[0xAB; 30], end - 50).unwrap();
     std::os::unix::fs::FileExt::write_at(&f, &[0; 20], end - 20).unwrap();
     drop(f);
-    let wal = Wal::open(&dir, Options::default()).unwrap();
+    let wal = Wal::open(&dir, one_segment()).unwrap();
     let r = wal.recovery();
     assert_eq!(r.last_lsn, 9);
     assert_eq!(r.dropped_bytes, 116 - 50 + 30);
     assert!(r.dropped_reason.is_some());
     assert_eq!(wal.append_durable(b"after").unwrap(), 10);
     drop(wal);
-    let wal = Wal::open(&dir, Options::default()).unwrap();
+    let wal = Wal::open(&dir, one_segment()).unwrap();
     assert_eq!(records(&wal, 10), vec![(10, b"after".to_vec())]);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -118,7 +127,7 @@ fn only_segment(dir: &Path) -> PathBuf {
 #[test]
 fn bad_directories_give_clear_errors() {
     let open = |dir: &Path| {
-        Wal::open(dir, Options::default())
+        Wal::open(dir, one_segment())
             .err()
             .map(|e| (e.kind(), e.to_string()))
     };
@@ -138,7 +147,7 @@ fn bad_directories_give_clear_errors() {
 
     // A newer version.
     let dir = scratch("newer");
-    drop(Wal::open(&dir, Options::default()).unwrap());
+    drop(Wal::open(&dir, one_segment()).unwrap());
     let seg = only_segment(&dir);
     let mut b = std::fs::read(&seg).unwrap();
     b[8] = 9;
@@ -194,7 +203,7 @@ fn bad_directories_give_clear_errors() {
 
     // A log open in another process (or twice in this one).
     let dir = scratch("twice");
-    let wal = Wal::open(&dir, Options::default()).unwrap();
+    let wal = Wal::open(&dir, one_segment()).unwrap();
     let (kind, msg) = open(&dir).expect("an error");
     assert_eq!(kind, ErrorKind::Io, "{msg}");
     assert!(msg.contains("open in another process"), "{msg}");
@@ -208,7 +217,7 @@ fn bad_directories_give_clear_errors() {
         &dir,
         Options {
             max_record: 10,
-            ..Options::default()
+            ..one_segment()
         },
     )
     .unwrap();
