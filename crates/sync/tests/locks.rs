@@ -1,8 +1,9 @@
 //! Stress tests of every lock on real threads, oversubscribed (4 threads per CPU, at least 8):
 //! count mutual-exclusion breaches and lost increments, assert zero. No timing is asserted.
-//! Each hammer stops after its rounds or after `SPINDLE_STRESS_SECONDS` (default 30),
-//! whichever comes first: under emulation (CI's AArch64 step caps it at 3 s) a FIFO lock's
-//! hand-offs to descheduled threads are slow enough that the rounds alone took a minute.
+//! Each of a lock's two hammers (raw API, then guards) stops after its rounds or after
+//! `SPINDLE_STRESS_SECONDS` (default 30; every thread does at least one round), whichever comes
+//! first: under emulation (CI's AArch64 step caps it at 3 s) a FIFO lock's hand-offs to
+//! descheduled threads are slow enough that the rounds alone took a minute.
 
 #![cfg(not(loom))]
 
@@ -30,6 +31,12 @@ struct Guarded<R: RawMutex> {
 // SAFETY: `count` is only accessed with `lock` held (that is what the test checks).
 unsafe impl<R: RawMutex + Sync> Sync for Guarded<R> {}
 
+/// Whether a thread that has done `i` of its `rounds` does another: always the first, none
+/// past the rounds, and past the deadline none (the clock read every 64 rounds).
+fn go_on(i: u64, rounds: u64, deadline: std::time::Instant) -> bool {
+    i < rounds && (i % 64 != 0 || i == 0 || std::time::Instant::now() < deadline)
+}
+
 /// `threads()` threads each take the lock `rounds` times (or until the time cap) through the
 /// raw API (every fourth attempt through `try_lock`, falling back to `lock`); returns the
 /// number of breaches seen. Lost increments: the counter against the rounds the threads did.
@@ -48,7 +55,7 @@ fn hammer<R: RawMutex + Sync>(rounds: u64) -> u64 {
         for _ in 0..threads() {
             s.spawn(move || {
                 let mut i = 0;
-                while i < rounds && (i % 1024 != 0 || std::time::Instant::now() < deadline) {
+                while go_on(i, rounds, deadline) {
                     if i % 4 == 0 && g.lock.try_lock() {
                         try_hits.fetch_add(1, Relaxed);
                     } else {
@@ -88,7 +95,7 @@ fn guards<R: RawMutex + Sync>(rounds: u64) {
             let (m, done) = (&m, &done);
             s.spawn(move || {
                 let mut i = 0;
-                while i < rounds && (i % 1024 != 0 || std::time::Instant::now() < deadline) {
+                while go_on(i, rounds, deadline) {
                     let mut g = if (i + t as u64) % 3 == 0 {
                         match m.try_lock() {
                             Some(g) => g,
