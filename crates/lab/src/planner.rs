@@ -126,6 +126,21 @@ impl LabPlan {
         if left < MIN_VISIT_S {
             return None;
         }
+        // An experiment whose visits were all spent calibrating and warming up (a loaded or
+        // slow machine) would end in the report without a trial: it goes first, for twice what
+        // its latest visit spent (its calibration goes on where it stopped).
+        let starved = saved.iter().enumerate().find_map(|(i, s)| {
+            s.filter(|s| s.trials() == 0 && s.visits() < MAX_VISITS && s.open_claims() > 0)
+                .map(|s| (i, s))
+        });
+        if let Some((i, s)) = starved {
+            let slice = (2.0 * s.setup_s())
+                .max(MIN_VISIT_S)
+                .min(MAX_VISIT_SHARE * left)
+                .max(MIN_VISIT_S)
+                .min(left);
+            return Some((i, Duration::from_secs_f64(slice)));
+        }
         // (rate, index, seconds, recently visited)
         let mut best: Option<(f64, usize, f64, bool)> = None;
         for (i, s) in saved.iter().enumerate() {

@@ -330,6 +330,11 @@ impl Saved {
         self.0.ended.map_or(Duration::MAX, |t| t.elapsed())
     }
 
+    /// Trials measured so far, over every visit.
+    pub fn trials(&self) -> u64 {
+        self.0.data.trials
+    }
+
     /// Seconds the latest visit spent before its first trial (setup, calibration, warm-up):
     /// what another visit costs before it measures anything.
     pub fn setup_s(&self) -> f64 {
