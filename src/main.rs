@@ -368,7 +368,8 @@ struct LabArgs {
     /// bound; exit 1 if a guarantee flipped.
     #[arg(long, value_name = "RESULTS_JSON", num_args = 2.., conflicts_with_all = ["baseline", "list", "markdown"])]
     flips: Vec<PathBuf>,
-    /// Tiny budgets that only check that everything runs (figures are meaningless).
+    /// Tiny budgets that only check that everything runs (figures are meaningless); an
+    /// experiment overruns its slice until it has one trial.
     #[arg(long, hide = true, conflicts_with_all = ["quick", "full"])]
     smoke: bool,
 }

@@ -309,9 +309,12 @@ impl Experiment for WalLab {
 
     fn run(&self, ctx: &mut Ctx) -> Result<(), String> {
         let scratch = Scratch::new()?;
+        // The smoke profile only proves that every contestant runs (96 runs before its first
+        // trial is kept, in the debug build too).
         let span = Duration::from_millis(match ctx.profile {
             Profile::Full => 100,
-            _ => 12,
+            Profile::Quick => 12,
+            Profile::Smoke => 3,
         });
         ctx.status("opening the logs and stores");
         let stores: Vec<(Who, Store)> = CONTESTANTS

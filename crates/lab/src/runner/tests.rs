@@ -70,16 +70,17 @@ fn visit_ctx<'r>(
     load: &'r mut dyn LoadSource,
     visit: VisitPlan,
 ) -> Ctx<'r> {
-    Ctx::new(
-        machine,
-        Profile::Quick,
-        1e-3,
-        info(),
-        1,
-        session,
-        load,
-        visit,
-    )
+    profile_ctx(Profile::Quick, machine, session, load, visit)
+}
+
+fn profile_ctx<'r>(
+    profile: Profile,
+    machine: &'r Machine,
+    session: &'r mut Collect,
+    load: &'r mut dyn LoadSource,
+    visit: VisitPlan,
+) -> Ctx<'r> {
+    Ctx::new(machine, profile, 1e-3, info(), 1, session, load, visit)
 }
 
 /// Runs a plan of two sections of fixed variants: "s" with `a` and `b` (values from the trial
@@ -93,8 +94,20 @@ fn run(
     b: impl Fn(u64) -> Sample,
     claims: Vec<Claim>,
 ) -> (ExperimentResult, Saved) {
+    run_profile(Profile::Quick, machine, load, visit, a, b, claims)
+}
+
+fn run_profile(
+    profile: Profile,
+    machine: &Machine,
+    load: &mut dyn LoadSource,
+    visit: VisitPlan,
+    a: impl Fn(u64) -> Sample,
+    b: impl Fn(u64) -> Sample,
+    claims: Vec<Claim>,
+) -> (ExperimentResult, Saved) {
     let mut session = Collect { snapshots: 0 };
-    let mut ctx = visit_ctx(machine, &mut session, load, visit);
+    let mut ctx = profile_ctx(profile, machine, &mut session, load, visit);
     let (ta, tb) = (Cell::new(0u64), Cell::new(0u64));
     let mut plan = Plan::new();
     plan.section(
@@ -529,6 +542,43 @@ fn a_visit_that_spends_its_slice_warming_up_runs_no_trial() {
         vec![ge2()],
     );
     assert!(r.trials > 0, "{}", r.stop_reason);
+}
+
+/// In the smoke profile (the test command's proof that every experiment runs and reports), a
+/// visit whose slice runs out before its first trial goes on until it has one, and no further.
+#[test]
+fn a_smoke_visit_overruns_its_slice_for_one_trial_only() {
+    let m = machine();
+    let (r, saved) = run_profile(
+        Profile::Smoke,
+        &m,
+        &mut quiet(),
+        VisitPlan {
+            slice: Duration::from_millis(1),
+            phase: "first pass",
+            resume: None,
+        },
+        |_| v(3.0),
+        |_| v(1.0),
+        vec![ge2()],
+    );
+    assert_eq!(r.trials, 1, "{}", r.stop_reason);
+    assert!(r.stop_reason.contains("were spent"), "{}", r.stop_reason);
+    // With its trial, a later visit keeps to its slice like any other: no trial more.
+    let (r, _) = run_profile(
+        Profile::Smoke,
+        &m,
+        &mut quiet(),
+        VisitPlan {
+            slice: Duration::from_millis(1),
+            phase: "open claims",
+            resume: Some(saved),
+        },
+        |_| v(3.0),
+        |_| v(1.0),
+        vec![ge2()],
+    );
+    assert_eq!(r.trials, 1, "{}", r.stop_reason);
 }
 
 /// Past its table's minimum, a section's trials run only the two variants of its open claim:
