@@ -168,13 +168,18 @@ fn spindle_three_threads() {
 
 /// The handoff (see "Fairness" in `mutex.rs`): under loom every spinner may claim at once, so
 /// these models explore claims, reserved free locks, claimants giving their claim up to sleep
-/// and queued waiters; the counter shows that some execution took the lock through a claim.
+/// and queued waiters; the counters show that some execution took the lock through a claim,
+/// and that in some a thread's fast path took a lock reserved for the claimant and backed out.
 #[test]
 fn spindle_two_threads_hand_off() {
     model::<SpindleLock>(2, 2, 3, true);
     assert!(
         mutex::MODEL_HANDOFFS.load(std::sync::atomic::Ordering::Relaxed) > 0,
         "no explored execution took the lock through a handoff"
+    );
+    assert!(
+        mutex::MODEL_BACK_OUTS.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "no explored execution backed out of a reserved lock"
     );
 }
 
