@@ -169,7 +169,10 @@ fn spindle_three_threads() {
 /// The handoff (see "Fairness" in `mutex.rs`): under loom every spinner may claim at once, so
 /// these models explore claims, reserved free locks, claimants giving their claim up to sleep
 /// and queued waiters; the counters show that some execution took the lock through a claim,
-/// and that in some a thread's fast path took a lock reserved for the claimant and backed out.
+/// and that in some a thread's fast path took a lock already reserved for the claimant and
+/// backed out. (The counters are global to the test binary, and other models running beside
+/// this one add to them: they show that the paths exist in the models, not which model took
+/// them.)
 #[test]
 fn spindle_two_threads_hand_off() {
     model::<SpindleLock>(2, 2, 3, true);
