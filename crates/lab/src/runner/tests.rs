@@ -166,6 +166,19 @@ fn later(secs: u64, saved: Saved) -> VisitPlan {
     }
 }
 
+/// A visit of 1 ms: over before its first run (a first pass, or a later visit of `resume`).
+fn one_ms(resume: Option<Saved>) -> VisitPlan {
+    VisitPlan {
+        slice: Duration::from_millis(1),
+        phase: if resume.is_some() {
+            "open claims"
+        } else {
+            "first pass"
+        },
+        resume,
+    }
+}
+
 fn v(x: f64) -> Sample {
     Sample::new().with("v", x)
 }
@@ -522,11 +535,7 @@ fn a_visit_that_spends_its_slice_warming_up_runs_no_trial() {
     let (r, saved) = run(
         &m,
         &mut quiet(),
-        VisitPlan {
-            slice: Duration::from_millis(1),
-            phase: "first pass",
-            resume: None,
-        },
+        one_ms(None),
         |_| v(3.0),
         |_| v(1.0),
         vec![ge2()],
@@ -553,11 +562,7 @@ fn a_smoke_visit_overruns_its_slice_for_one_trial_only() {
         Profile::Smoke,
         &m,
         &mut quiet(),
-        VisitPlan {
-            slice: Duration::from_millis(1),
-            phase: "first pass",
-            resume: None,
-        },
+        one_ms(None),
         |_| v(3.0),
         |_| v(1.0),
         vec![ge2()],
@@ -569,11 +574,7 @@ fn a_smoke_visit_overruns_its_slice_for_one_trial_only() {
         Profile::Smoke,
         &m,
         &mut quiet(),
-        VisitPlan {
-            slice: Duration::from_millis(1),
-            phase: "open claims",
-            resume: Some(saved),
-        },
+        one_ms(Some(saved)),
         |_| v(3.0),
         |_| v(1.0),
         vec![ge2()],

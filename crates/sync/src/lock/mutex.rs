@@ -30,10 +30,9 @@
 //!   `HANDOFF` is set — the free lock was reserved for a claimant — it *backs out*: it
 //!   releases the lock as `unlock` does (below) and takes the slow path. A `compare_exchange(0,
 //!   LOCKED)` instead fails whenever a thread spins or sleeps (their counts are in the word),
-//!   so a holder re-taking its lock paid a failed CAS, a load and a second CAS in the slow
-//!   path: on a 2-vCPU Zen 3 guest with two threads hammering one lock, 49–75 million
-//!   acquisitions per second against parking_lot's 72–101, and 129–161 with `fetch_or` (a
-//!   scratch harness; the lab's `locks` experiment measures the runs).
+//!   so under contention a holder re-taking its lock paid two locked RMWs and a load where
+//!   one RMW does (the lab's `locks` experiment measures the runs against std's and
+//!   parking_lot's mutexes: `docs/results.md`).
 //! - `lock` slow path, one loop. If `LOCKED` is clear — and `HANDOFF` too, unless this thread
 //!   is the claimant or has seen the lock free and reserved for a whole spin budget (see
 //!   "Fairness") — take the lock with a CAS that sets `LOCKED` and in the same write leaves the
