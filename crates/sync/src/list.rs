@@ -136,8 +136,7 @@ const WRITTEN: u32 = 1;
 
 /// Spare blocks a channel keeps for its senders (see "Reclamation"). Keeping 32, or up to
 /// 1024 in a locked pool, streamed no faster between two vCPUs in the harness of [`Slot`]'s
-/// note, nor did prefetching: two lines ahead (the sender for writing, the receiver for
-/// reading), or a receiver far behind asking for the next block's lines all at once.
+/// note.
 const SPARES: usize = 4;
 
 /// Looks a receiver takes at an empty list, after the first one, before it raises
@@ -205,13 +204,17 @@ impl<T> ValueCell<T> {
 }
 
 /// A slot: its state beside its value, so that a receiver a few slots behind its sender
-/// reads lines the sender has left. Tried and dropped (a scratch harness streaming 8-byte
-/// values between two vCPUs, interleaved with kanal; the stop note of 2026-11-28 has the
-/// figures): the states in an array of flags apart from the values, which halves the bytes
-/// a slot of `u64` costs and made a growing queue cheaper to fill on one thread, but puts
-/// every state of a block on one line, which a receiver within a block of its sender pulls
-/// away from it at each value: 1.36–1.66 × slower than this layout in the guest's slowest
-/// phase (kanal at 34–44 ns an item), mixed in the others.
+/// reads lines the sender has left. Tried and dropped in a scratch harness that streamed
+/// 8-byte values between two vCPUs, alternated with kanal (the stop note of 2026-11-28 has
+/// the figures):
+/// - The states in an array of flags apart from the values. A `u64` slot took 9 bytes instead
+///   of 16, and a growing queue was cheaper to fill on one thread. But all of a block's states
+///   then share one line, and a receiver within a block of its sender takes that line from the
+///   sender at every value: 1.36–1.66 × slower than this layout in the guest's slowest phase
+///   (kanal at 34–44 ns an item), mixed in the others.
+/// - Prefetching two lines ahead (the sender for writing, the receiver for reading, or the
+///   receiver alone), and a receiver two or more blocks behind asking for the next block's
+///   lines all at once: no gain.
 struct Slot<T> {
     state: AtomicU32,
     value: ValueCell<T>,

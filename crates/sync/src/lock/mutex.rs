@@ -279,12 +279,13 @@ const POLL_SHARE: u64 = 32;
 /// polling would. A constant for now: a budget set to the latency the mutex measured on its
 /// own wakes was tried, and in a full lab run on a 2-vCPU guest the Mutex's run time against
 /// parking_lot's at T = cores drifted upwards as the run went on (more handoffs between two
-/// threads, presumably from a budget that had shrunk; the learned value was not logged). A
-/// budget raised once to the median of the process's first 15 wakes (stamped by the unlocker,
-/// timed by the sleeper the kernel woke) was tried on a 2-vCPU Zen 3 guest whose idle futex
-/// wake-up takes 41 µs (lab `rings`, `wake-futex`): the mutex's own wakes took 4 µs to
-/// 0.37 ms (medians 6.8 and 12.5 µs in two runs of lab `locks`), so it stayed at 20 µs, and
-/// was dropped (the stop note of 2026-11-28).
+/// threads, presumably from a budget that had shrunk; the learned value was not logged).
+/// Also tried: a budget set once per process to the median of its first 15 wakes (stamped by
+/// the unlocker, timed by the sleeper the kernel woke), never below this constant nor above
+/// twice it. On a 2-vCPU Zen 3 guest whose median idle futex wake-up takes 41 µs (lab
+/// `rings`, `wake-futex`), the mutex's own wakes took 4 µs to 0.37 ms, with medians of 6.8 and
+/// 12.5 µs in two runs of lab `locks`, so the budget never left 20 µs. The change was dropped
+/// (the stop note of 2026-11-28).
 #[cfg_attr(loom, allow(dead_code))]
 const SPIN_BUDGET_NS: u64 = 20_000;
 
