@@ -210,8 +210,8 @@ impl<T> ValueCell<T> {
 /// - The states in an array of flags apart from the values. A `u64` slot took 9 bytes instead
 ///   of 16, and a growing queue was cheaper to fill on one thread. But all of a block's states
 ///   then share one line, and a receiver within a block of its sender takes that line from the
-///   sender at every value: 1.36–1.66 × slower than this layout in the guest's slowest phase
-///   (kanal at 34–44 ns an item), mixed in the others.
+///   sender at every value: slower than this layout in the guest's slowest phase, mixed in
+///   the others.
 /// - Prefetching two lines ahead (the sender for writing, the receiver for reading, or the
 ///   receiver alone), and a receiver two or more blocks behind asking for the next block's
 ///   lines all at once: no gain.

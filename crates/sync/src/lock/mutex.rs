@@ -282,10 +282,10 @@ const POLL_SHARE: u64 = 32;
 /// threads, presumably from a budget that had shrunk; the learned value was not logged).
 /// Also tried: a budget set once per process to the median of its first 15 wakes (stamped by
 /// the unlocker, timed by the sleeper the kernel woke), never below this constant nor above
-/// twice it. On a 2-vCPU Zen 3 guest whose median idle futex wake-up takes 41 µs (lab
-/// `rings`, `wake-futex`), the mutex's own wakes took 4 µs to 0.37 ms, with medians of 6.8 and
-/// 12.5 µs in two runs of lab `locks`, so the budget never left 20 µs. The change was dropped
-/// (the stop note of 2026-11-28).
+/// twice it. On a 2-vCPU Zen 3 guest whose idle futex wake-up is about twice this constant
+/// (lab `rings`, `wake-futex`, in `docs/results.md`), the mutex's own wakes mostly took far
+/// less than an idle one, so the budget never left this constant, and the change was dropped
+/// (the stop note of 2026-11-28 has the samples).
 #[cfg_attr(loom, allow(dead_code))]
 const SPIN_BUDGET_NS: u64 = 20_000;
 
