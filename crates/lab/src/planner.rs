@@ -13,13 +13,16 @@
 //!    visit that agrees with it (see `runner/claims.rs`), so every experiment whose tests
 //!    decided comes back once. For each open claim the runner estimates how many more trials
 //!    it needs ([`Saved::outlook`]: a batch for a provisional verdict, the test's estimate at
-//!    its current proportions otherwise), and the planner picks the experiment that settles the
-//!    most claims per second (setup of a visit included; guarantees count double), preferring
-//!    experiments it has not visited in the last [`MIN_GAP_S`] seconds, so that a confirmation
-//!    comes from a different stretch of the machine's life. A claim whose median sits at its
-//!    bound has no finite estimate and gets no time; one that needs more than what is left
-//!    counts for the share of its trials that fits, so the end of the run goes to the claims
-//!    closest to a verdict.
+//!    its current proportions otherwise), and the planner picks the experiment whose next
+//!    visit settles the most claims per second (setup of a visit included; guarantees count
+//!    double), preferring experiments it has not visited in the last [`MIN_GAP_S`] seconds,
+//!    so that a confirmation comes from a different stretch of the machine's life. A visit is
+//!    priced by the runs its trials make, so claims that compare the same two variants share
+//!    their cost, and a visit that confirms a few claims cheaply is not judged by the cost of
+//!    the one beside them that needs a thousand trials (see [`prospect_of`]). A claim whose
+//!    median sits at its bound has no finite estimate and gets no time; one that needs more
+//!    than what is left counts for the share of its trials that fits, so the end of the run
+//!    goes to the claims closest to a verdict.
 //!
 //! A visit never starts a trial it expects to overrun its slice, and no slice reaches past the
 //! end of the budget, so the whole run ends within the budget (plus at most one run of one
@@ -186,40 +189,99 @@ fn prospect(saved: &Saved, left: f64) -> Option<(f64, f64)> {
     prospect_of(&saved.outlook(), saved.setup_s(), left)
 }
 
-/// [`prospect`] from the claims' outlooks. Claims are taken cheapest first; their costs add
-/// up, which overestimates when they share sections (a trial serves them all): the visit ends
-/// as soon as its sections are done, so a slice too long costs nothing. A claim that needs
-/// more than what is left counts for the fraction of its trials that fits: the estimate
-/// assumes the proportions seen so far, and a test often decides before it, so the time left
-/// at the end of a run goes to the claim closest to a verdict instead of to nobody.
-fn prospect_of(outlooks: &[Outlook], setup_s: f64, left: f64) -> Option<(f64, f64)> {
-    let mut costs: Vec<(f64, f64)> = outlooks
+/// A run predicted to take less than this is priced at this (a variant that has not run yet
+/// has no prediction).
+const MIN_RUN_S: f64 = 5e-5;
+
+/// [`prospect`] from an experiment's outlook: the best visit among those that run its trials
+/// up to one of its open claims' needs, as (claims decided, seconds).
+///
+/// Variant `v` runs in each of the next `reach(v)` trials: the most that a claim comparing it,
+/// or its section's table, needs. So `k` more trials cost `Σ_v run_s(v) · min(k, reach(v))`
+/// after the setup. This counts once a run that several claims share (an allocator's
+/// throughput, RSS and p99.9 come from the same two runs), and it counts the runs of every
+/// claim still testing, because a visit runs them all whatever it was planned for. For `k` =
+/// each claim's need in turn, a visit of `k` trials decides the claims that need at most `k`
+/// (guarantees count double); the best of them per second is the prospect, so a batch that
+/// confirms ten claims in a few seconds is not judged by the cost of a claim beside them that
+/// needs a thousand trials. The longest visit that fits in `left` also counts each claim that
+/// needs more for the share of its trials that fits: the estimate assumes the proportions seen
+/// so far and a test often decides before it, so the end of a run goes to the claims closest
+/// to a verdict instead of to nobody.
+fn prospect_of(outlook: &Outlook, setup_s: f64, left: f64) -> Option<(f64, f64)> {
+    let mut reach = vec![0u64; outlook.run_s.len()];
+    for &(v, trials) in &outlook.fill {
+        reach[v] = reach[v].max(trials);
+    }
+    let needs: Vec<(u64, f64)> = outlook
+        .claims
         .iter()
-        .filter_map(|o| {
-            let worth = if o.guarantee { 2.0 } else { 1.0 };
-            o.trials.map(|n| (n as f64 * o.trial_s.max(1e-4), worth))
+        .filter_map(|c| {
+            let trials = c.trials?.max(1);
+            for &v in &c.variants {
+                reach[v] = reach[v].max(trials);
+            }
+            Some((trials, if c.guarantee { 2.0 } else { 1.0 }))
         })
         .collect();
-    costs.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let mut seconds = setup_s;
-    let mut decided = 0.0;
-    for (cost, worth) in costs {
-        if seconds + cost > left {
-            if seconds < left && cost > 0.0 {
-                decided += worth * (left - seconds) / cost;
-                seconds = left;
+    let cost = |k: u64| -> f64 {
+        setup_s
+            + reach
+                .iter()
+                .zip(&outlook.run_s)
+                .map(|(&r, &s)| s.max(MIN_RUN_S) * k.min(r) as f64)
+                .sum::<f64>()
+    };
+    // The most trials that fit in `left` (cost grows with k: binary search).
+    let top = reach.iter().copied().max().unwrap_or(0);
+    let fits = if cost(top) <= left {
+        top
+    } else {
+        let (mut lo, mut hi) = (0, top); // cost(lo) may exceed left only at lo = 0
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if cost(mid) <= left {
+                lo = mid;
+            } else {
+                hi = mid - 1;
             }
-            break;
         }
-        seconds += cost;
-        decided += worth;
+        lo
+    };
+    if fits == 0 {
+        return None;
     }
-    (decided > 0.0).then_some((decided, seconds))
+    let mut best: Option<(f64, f64)> = None;
+    let candidates = needs
+        .iter()
+        .map(|&(t, _)| t)
+        .filter(|&t| t < fits)
+        .chain([fits]);
+    for k in candidates {
+        let decided: f64 = needs
+            .iter()
+            .map(|&(t, worth)| {
+                if t <= k {
+                    worth
+                } else if k == fits {
+                    worth * k as f64 / t as f64
+                } else {
+                    0.0
+                }
+            })
+            .sum();
+        let seconds = cost(k);
+        if decided > 0.0 && best.is_none_or(|(d, s)| decided / seconds > d / s) {
+            best = Some((decided, seconds));
+        }
+    }
+    best
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runner::ClaimOutlook;
 
     fn info(name: &'static str, w: u32) -> Info {
         Info {
@@ -271,29 +333,113 @@ mod tests {
         assert!(plan.next_visit(Duration::from_secs(179), &[None]).is_none());
     }
 
+    /// An outlook of claims that each compare two variants of their own, whose runs take
+    /// `run_s` each: (trials needed, guarantee).
+    fn apart(claims: &[(Option<u64>, bool)], run_s: f64) -> Outlook {
+        Outlook {
+            claims: claims
+                .iter()
+                .enumerate()
+                .map(|(i, &(trials, guarantee))| ClaimOutlook {
+                    trials,
+                    guarantee,
+                    variants: [2 * i, 2 * i + 1],
+                })
+                .collect(),
+            fill: Vec::new(),
+            run_s: vec![run_s; 2 * claims.len()],
+        }
+    }
+
     #[test]
     fn a_claim_that_needs_more_than_the_time_left_gets_what_is_left() {
-        let o = |trials, guarantee| Outlook {
-            trials: Some(trials),
-            trial_s: 0.1,
-            guarantee,
-        };
         // Fits: 100 trials of 0.1 s after 1 s of setup.
-        assert_eq!(prospect_of(&[o(100, true)], 1.0, 30.0), Some((2.0, 11.0)));
+        let one = |trials| apart(&[(Some(trials), true)], 0.05);
+        assert_eq!(prospect_of(&one(100), 1.0, 30.0), Some((2.0, 11.0)));
         // 500 trials (50 s) in 30 s: the share that fits, and all of the time.
-        let (decided, seconds) = prospect_of(&[o(500, true)], 1.0, 30.0).unwrap();
-        assert_eq!(seconds, 30.0);
-        assert!((decided - 2.0 * 29.0 / 50.0).abs() < 1e-12, "{decided}");
-        // Cheapest first; the next one counts in part.
-        let (decided, seconds) = prospect_of(&[o(500, false), o(100, false)], 0.0, 20.0).unwrap();
-        assert_eq!(seconds, 20.0);
-        assert!((decided - (1.0 + 10.0 / 50.0)).abs() < 1e-12, "{decided}");
+        let (decided, seconds) = prospect_of(&one(500), 1.0, 30.0).unwrap();
+        assert!((seconds - 30.0).abs() < 1e-9, "{seconds}");
+        assert!((decided - 2.0 * 290.0 / 500.0).abs() < 1e-12, "{decided}");
+        // The claim that needs 100 trials pays for the other's runs in those trials too (a
+        // visit runs every claim still testing): 100 trials take all 20 s, and the other
+        // counts for the fifth of its trials that they give it.
+        let two = apart(&[(Some(500), false), (Some(100), false)], 0.05);
+        let (decided, seconds) = prospect_of(&two, 0.0, 20.0).unwrap();
+        assert!((seconds - 20.0).abs() < 1e-9, "{seconds}");
+        assert!((decided - (1.0 + 100.0 / 500.0)).abs() < 1e-12, "{decided}");
         // At its bound (no estimate): nothing to gain.
-        let at_bound = Outlook {
-            trials: None,
-            trial_s: 0.1,
-            guarantee: true,
+        assert_eq!(prospect_of(&apart(&[(None, true)], 0.05), 1.0, 30.0), None);
+        // Not even one trial fits.
+        assert_eq!(prospect_of(&one(10), 29.95, 30.0), None);
+    }
+
+    #[test]
+    fn claims_on_the_same_runs_share_their_cost() {
+        // Three claims on one pair of variants (throughput, RSS and p99.9 of one workload):
+        // ten trials of two runs, not thirty.
+        let same = Outlook {
+            claims: vec![
+                ClaimOutlook {
+                    trials: Some(10),
+                    guarantee: true,
+                    variants: [0, 1],
+                };
+                3
+            ],
+            fill: Vec::new(),
+            run_s: vec![0.1, 0.1],
         };
-        assert_eq!(prospect_of(&[at_bound], 1.0, 30.0), None);
+        let (decided, seconds) = prospect_of(&same, 1.0, 60.0).unwrap();
+        assert_eq!(decided, 6.0);
+        assert!((seconds - 3.0).abs() < 1e-9, "{seconds}");
+    }
+
+    #[test]
+    fn a_table_below_its_minimum_runs_every_variant_of_its_section() {
+        // A section of five variants with 4 of its 10 trials: the next 6 trials run all five
+        // (0.1 s each), the later ones only the claim's two.
+        let o = Outlook {
+            claims: vec![ClaimOutlook {
+                trials: Some(20),
+                guarantee: false,
+                variants: [0, 1],
+            }],
+            fill: (0..5).map(|v| (v, 6)).collect(),
+            run_s: vec![0.1; 5],
+        };
+        let (decided, seconds) = prospect_of(&o, 0.0, 60.0).unwrap();
+        assert_eq!(decided, 1.0);
+        assert!(
+            (seconds - (6.0 * 0.5 + 14.0 * 0.2)).abs() < 1e-9,
+            "{seconds}"
+        );
+    }
+
+    #[test]
+    fn a_cheap_confirmation_is_not_judged_by_an_expensive_neighbour() {
+        // Ten guarantees whose verdicts await a batch of 10 trials on one pair of variants,
+        // beside a claim on another pair that needs 1000 trials: the visit worth making is the
+        // batch (10 trials of four runs), at 20 claims in 5 s.
+        let mut claims = vec![
+            ClaimOutlook {
+                trials: Some(10),
+                guarantee: true,
+                variants: [0, 1],
+            };
+            10
+        ];
+        claims.push(ClaimOutlook {
+            trials: Some(1000),
+            guarantee: false,
+            variants: [2, 3],
+        });
+        let o = Outlook {
+            claims,
+            fill: Vec::new(),
+            run_s: vec![0.1; 4],
+        };
+        let (decided, seconds) = prospect_of(&o, 1.0, 100.0).unwrap();
+        assert_eq!(decided, 20.0);
+        assert!((seconds - 5.0).abs() < 1e-9, "{seconds}");
     }
 }

@@ -251,7 +251,13 @@ impl<'r> Ctx<'r> {
         let layout = Layout::of(&plan);
         let mut state = match self.resume.take() {
             Some(saved) => State::resume(saved, &plan)?,
-            None => State::new(&plan, &layout, self.eps, self.sizing)?,
+            None => State::new(
+                &plan,
+                &layout,
+                self.eps,
+                self.sizing,
+                self.limits().min_trials,
+            )?,
         };
         let (trials_before, open_before) = (state.data.trials, state.open_claims());
         let prepared = self.prepare(&mut plan, &layout, &mut state);
@@ -283,14 +289,30 @@ impl<'r> Ctx<'r> {
     }
 }
 
-/// What another visit could do for one open claim (see [`Saved::outlook`]).
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// What another visit could do for an experiment (see [`Saved::outlook`]): what its open
+/// claims need and what the trials they need cost. A trial runs a set of variants, and
+/// claims that compare the same variants share their runs, so the cost is counted per
+/// variant, not per claim (the planner's `prospect_of`).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Outlook {
+    /// Each open claim's needs.
+    pub claims: Vec<ClaimOutlook>,
+    /// (variant, trials): variants that run in the next trials whatever the claims need:
+    /// every variant of a section whose table lacks its minimum of trials, for the trials it
+    /// lacks.
+    pub fill: Vec<(usize, u64)>,
+    /// Seconds one run of each variant takes (the runner's smoothed prediction).
+    pub run_s: Vec<f64>,
+}
+
+/// What one open claim needs (see [`Outlook`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ClaimOutlook {
     /// About how many more trials it needs (None: at its bound, or no more trials possible).
     pub trials: Option<u64>,
-    /// Seconds one trial of the sections it needs takes.
-    pub trial_s: f64,
     pub guarantee: bool,
+    /// The two variants each of its trials runs.
+    pub variants: [usize; 2],
 }
 
 impl Saved {
@@ -300,24 +322,36 @@ impl Saved {
     }
 
     /// For each open claim: about how many more trials it needs (None: at its bound, or its
-    /// sections are at the trial cap), the seconds one run of its two variants takes, and
-    /// whether it is a guarantee.
-    pub fn outlook(&self) -> Vec<Outlook> {
+    /// sections are at the trial cap), the variants it runs and whether it is a guarantee;
+    /// the variants that tables below their minimum run anyway; and each variant's run time.
+    pub fn outlook(&self) -> Outlook {
         let s = &self.0;
-        s.claims
+        let claims = s
+            .claims
             .iter()
             .filter(|c| c.is_open())
             .map(|c| {
                 let capped = c.sections.iter().any(|&sec| s.sections[sec].at_cap);
-                // Past the first pass a trial for this claim runs its two variants.
-                let trial_s = c.operands().iter().map(|&v| s.run_seconds[v]).sum();
-                Outlook {
+                ClaimOutlook {
                     trials: if capped { None } else { c.outlook() },
-                    trial_s,
                     guarantee: c.guarantee,
+                    // Past the first pass a trial for this claim runs its two variants.
+                    variants: c.operands(),
                 }
             })
-            .collect()
+            .collect();
+        let fill = s
+            .sections
+            .iter()
+            .zip(&s.members)
+            .filter(|(sec, _)| !sec.at_cap && sec.trials < s.min_trials)
+            .flat_map(|(sec, members)| members.iter().map(|&v| (v, s.min_trials - sec.trials)))
+            .collect();
+        Outlook {
+            claims,
+            fill,
+            run_s: s.run_seconds.clone(),
+        }
     }
 
     /// Visits so far.

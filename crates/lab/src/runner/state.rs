@@ -51,6 +51,10 @@ pub(crate) struct State {
     pub ids: Vec<String>,
     pub data: Data,
     pub sections: Vec<SectionState>,
+    /// Variants of each section (what a trial runs until the section's table has its minimum).
+    pub members: Vec<Vec<usize>>,
+    /// Trials every section's table needs (the profile's minimum).
+    pub min_trials: u64,
     pub claims: Vec<ClaimState>,
     /// Work per run of each variant, fixed by the first visit's calibration.
     pub work: Option<Vec<u64>>,
@@ -81,6 +85,7 @@ impl State {
         layout: &Layout,
         eps: f64,
         sizing: Duration,
+        min_trials: u64,
     ) -> Result<State, String> {
         let claims = plan
             .claims
@@ -91,6 +96,8 @@ impl State {
             ids: plan.variants.iter().map(|v| v.id.clone()).collect(),
             data: Data::new(plan, layout),
             sections: vec![SectionState::default(); plan.sections.len()],
+            members: layout.members.clone(),
+            min_trials,
             claims,
             work: None,
             partial: None,

@@ -417,7 +417,7 @@ fn loaded_windows_are_discarded_and_a_later_visit_resumes() {
     );
     assert_eq!(saved.open_claims(), 1);
     assert!(
-        saved.outlook()[0].trial_s > 0.0,
+        saved.outlook().run_s.iter().all(|&s| s > 0.0),
         "the trial length is known"
     );
 
@@ -477,7 +477,7 @@ fn the_outlook_grows_as_the_median_nears_the_bound() {
             |_| v(1.0),
             vec![ge2()],
         );
-        saved.outlook().first().and_then(|o| o.trials)
+        saved.outlook().claims.first().and_then(|o| o.trials)
     };
     let (six, eight) = (outlook(6, 10), outlook(8, 10));
     assert!(six.is_some_and(|n| n > 50), "{six:?}");
