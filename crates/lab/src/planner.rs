@@ -151,7 +151,7 @@ impl LabPlan {
             if s.visits() >= MAX_VISITS || s.open_claims() == 0 {
                 continue;
             }
-            let Some((decided, seconds)) = prospect(s, left) else {
+            let Some((decided, seconds)) = prospect(s, MAX_VISIT_SHARE * left) else {
                 continue;
             };
             let rate = decided / seconds;
@@ -167,8 +167,9 @@ impl LabPlan {
             }
         }
         best.map(|(_, i, seconds, _)| {
-            // A third more than the estimate: the estimate assumes the proportions seen so far.
-            let slice = (seconds * 1.33)
+            // A third more than the estimate (which assumes the proportions seen so far), and
+            // some slack.
+            let slice = (seconds * 1.33 + SLACK_S)
                 .min(MAX_VISIT_SHARE * left)
                 .max(MIN_VISIT_S)
                 .min(left);
@@ -189,6 +190,12 @@ fn prospect(saved: &Saved, left: f64) -> Option<(f64, f64)> {
     prospect_of(&saved.outlook(), saved.setup_s(), left)
 }
 
+/// Seconds a visit's slice gets beyond its estimate's third: a window of trials discarded
+/// under load, the pause between windows, a setup slower than the last one. Without it a
+/// batch of 10 confirming trials priced to the second could fall a trial short, and a batch
+/// short of 10 confirms nothing.
+const SLACK_S: f64 = 1.0;
+
 /// A run predicted to take less than this is priced at this (a variant that has not run yet
 /// has no prediction).
 const MIN_RUN_S: f64 = 5e-5;
@@ -198,9 +205,11 @@ const MIN_RUN_S: f64 = 5e-5;
 ///
 /// Variant `v` runs in each of the next `reach(v)` trials: the most that a claim comparing it,
 /// or its section's table, needs. So `k` more trials cost `Σ_v run_s(v) · min(k, reach(v))`
-/// after the setup. This counts once a run that several claims share (an allocator's
-/// throughput, RSS and p99.9 come from the same two runs), and it counts the runs of every
-/// claim still testing, because a visit runs them all whatever it was planned for. For `k` =
+/// after the setup, plus `run_s(v) · k` for the variants of claims still testing without an
+/// estimate, which run in every trial. This counts once a run that several claims share (an
+/// allocator's throughput, RSS and p99.9 come from the same two runs), and it counts the runs
+/// of every claim still testing, because a visit runs them all whatever it was planned for.
+/// For `k` =
 /// each claim's need in turn, a visit of `k` trials decides the claims that need at most `k`
 /// (guarantees count double); the best of them per second is the prospect, so a batch that
 /// confirms ten claims in a few seconds is not judged by the cost of a claim beside them that
@@ -210,6 +219,8 @@ const MIN_RUN_S: f64 = 5e-5;
 /// to a verdict instead of to nobody.
 fn prospect_of(outlook: &Outlook, setup_s: f64, left: f64) -> Option<(f64, f64)> {
     let mut reach = vec![0u64; outlook.run_s.len()];
+    // Variants that run in every trial: a claim still testing with no estimate.
+    let mut always = vec![false; outlook.run_s.len()];
     for &(v, trials) in &outlook.fill {
         reach[v] = reach[v].max(trials);
     }
@@ -217,7 +228,13 @@ fn prospect_of(outlook: &Outlook, setup_s: f64, left: f64) -> Option<(f64, f64)>
         .claims
         .iter()
         .filter_map(|c| {
-            let trials = c.trials?.max(1);
+            let Some(trials) = c.trials else {
+                for &v in c.variants.iter().filter(|_| c.testing) {
+                    always[v] = true;
+                }
+                return None;
+            };
+            let trials = trials.max(1);
             for &v in &c.variants {
                 reach[v] = reach[v].max(trials);
             }
@@ -228,11 +245,15 @@ fn prospect_of(outlook: &Outlook, setup_s: f64, left: f64) -> Option<(f64, f64)>
         setup_s
             + reach
                 .iter()
+                .zip(&always)
                 .zip(&outlook.run_s)
-                .map(|(&r, &s)| s.max(MIN_RUN_S) * k.min(r) as f64)
+                .map(|((&r, &every), &s)| {
+                    s.max(MIN_RUN_S) * if every { k } else { k.min(r) } as f64
+                })
                 .sum::<f64>()
     };
-    // The most trials that fit in `left` (cost grows with k: binary search).
+    // The most trials that fit in `left` (cost grows with k: binary search), up to the most
+    // that a claim with an estimate, or a table, needs.
     let top = reach.iter().copied().max().unwrap_or(0);
     let fits = if cost(top) <= left {
         top
@@ -252,11 +273,15 @@ fn prospect_of(outlook: &Outlook, setup_s: f64, left: f64) -> Option<(f64, f64)>
         return None;
     }
     let mut best: Option<(f64, f64)> = None;
-    let candidates = needs
+    let mut candidates: Vec<u64> = needs
         .iter()
         .map(|&(t, _)| t)
         .filter(|&t| t < fits)
-        .chain([fits]);
+        .chain([fits])
+        .collect();
+    // Shortest first: of two visits that settle as much per second, the shorter one.
+    candidates.sort_unstable();
+    candidates.dedup();
     for k in candidates {
         let decided: f64 = needs
             .iter()
@@ -342,6 +367,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, &(trials, guarantee))| ClaimOutlook {
                     trials,
+                    testing: true,
                     guarantee,
                     variants: [2 * i, 2 * i + 1],
                 })
@@ -357,20 +383,34 @@ mod tests {
         let one = |trials| apart(&[(Some(trials), true)], 0.05);
         assert_eq!(prospect_of(&one(100), 1.0, 30.0), Some((2.0, 11.0)));
         // 500 trials (50 s) in 30 s: the share that fits, and all of the time.
-        let (decided, seconds) = prospect_of(&one(500), 1.0, 30.0).unwrap();
+        let (decided, seconds) = prospect_of(&one(500), 1.0, 30.05).unwrap();
         assert!((seconds - 30.0).abs() < 1e-9, "{seconds}");
         assert!((decided - 2.0 * 290.0 / 500.0).abs() < 1e-12, "{decided}");
         // The claim that needs 100 trials pays for the other's runs in those trials too (a
         // visit runs every claim still testing): 100 trials take all 20 s, and the other
         // counts for the fifth of its trials that they give it.
         let two = apart(&[(Some(500), false), (Some(100), false)], 0.05);
-        let (decided, seconds) = prospect_of(&two, 0.0, 20.0).unwrap();
+        let (decided, seconds) = prospect_of(&two, 0.0, 20.05).unwrap();
         assert!((seconds - 20.0).abs() < 1e-9, "{seconds}");
         assert!((decided - (1.0 + 100.0 / 500.0)).abs() < 1e-12, "{decided}");
         // At its bound (no estimate): nothing to gain.
         assert_eq!(prospect_of(&apart(&[(None, true)], 0.05), 1.0, 30.0), None);
         // Not even one trial fits.
         assert_eq!(prospect_of(&one(10), 29.95, 30.0), None);
+    }
+
+    #[test]
+    fn a_claim_still_testing_without_an_estimate_runs_in_every_trial() {
+        // A batch of 10 on one pair, beside a claim whose test runs on with no estimate on
+        // another pair: its runs are in each of the 10 trials too (0.4 s a trial, not 0.2).
+        let mut o = apart(&[(Some(10), true), (None, false)], 0.1);
+        let (decided, seconds) = prospect_of(&o, 1.0, 60.0).unwrap();
+        assert_eq!(decided, 2.0);
+        assert!((seconds - 5.0).abs() < 1e-9, "{seconds}");
+        // Once its sections are at the trial cap it no longer runs.
+        o.claims[1].testing = false;
+        let (_, seconds) = prospect_of(&o, 1.0, 60.0).unwrap();
+        assert!((seconds - 3.0).abs() < 1e-9, "{seconds}");
     }
 
     #[test]
@@ -381,6 +421,7 @@ mod tests {
             claims: vec![
                 ClaimOutlook {
                     trials: Some(10),
+                    testing: false,
                     guarantee: true,
                     variants: [0, 1],
                 };
@@ -401,6 +442,7 @@ mod tests {
         let o = Outlook {
             claims: vec![ClaimOutlook {
                 trials: Some(20),
+                testing: true,
                 guarantee: false,
                 variants: [0, 1],
             }],
@@ -423,6 +465,7 @@ mod tests {
         let mut claims = vec![
             ClaimOutlook {
                 trials: Some(10),
+                testing: false,
                 guarantee: true,
                 variants: [0, 1],
             };
@@ -430,6 +473,7 @@ mod tests {
         ];
         claims.push(ClaimOutlook {
             trials: Some(1000),
+            testing: true,
             guarantee: false,
             variants: [2, 3],
         });
@@ -438,7 +482,7 @@ mod tests {
             fill: Vec::new(),
             run_s: vec![0.1; 4],
         };
-        let (decided, seconds) = prospect_of(&o, 1.0, 100.0).unwrap();
+        let (decided, seconds) = prospect_of(&o, 1.0, 100.05).unwrap();
         assert_eq!(decided, 20.0);
         assert!((seconds - 5.0).abs() < 1e-9, "{seconds}");
     }

@@ -167,7 +167,7 @@ impl ClaimState {
     }
 
     /// Its test is still running.
-    fn testing(&self) -> bool {
+    pub fn testing(&self) -> bool {
         self.frozen.is_none() && self.provisional.is_none()
     }
 

@@ -308,8 +308,11 @@ pub struct Outlook {
 /// What one open claim needs (see [`Outlook`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ClaimOutlook {
-    /// About how many more trials it needs (None: at its bound, or no more trials possible).
+    /// About how many more trials it needs (None: no estimate, or no more trials possible).
     pub trials: Option<u64>,
+    /// Its test is still running and its sections are below the trial cap: its variants run
+    /// in every trial of the next visit, estimate or not.
+    pub testing: bool,
     pub guarantee: bool,
     /// The two variants each of its trials runs.
     pub variants: [usize; 2],
@@ -334,6 +337,7 @@ impl Saved {
                 let capped = c.sections.iter().any(|&sec| s.sections[sec].at_cap);
                 ClaimOutlook {
                     trials: if capped { None } else { c.outlook() },
+                    testing: !capped && c.testing(),
                     guarantee: c.guarantee,
                     // Past the first pass a trial for this claim runs its two variants.
                     variants: c.operands(),

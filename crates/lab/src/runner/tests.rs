@@ -420,6 +420,10 @@ fn loaded_windows_are_discarded_and_a_later_visit_resumes() {
         saved.outlook().run_s.iter().all(|&s| s > 0.0),
         "the trial length is known"
     );
+    // No trial kept: the table's minimum is still to run, every variant in each of them.
+    let min = Limits::of(Profile::Quick).min_trials;
+    let every: Vec<(usize, u64)> = (0..saved.outlook().run_s.len()).map(|v| (v, min)).collect();
+    assert_eq!(saved.outlook().fill, every);
 
     load.busy.store(false, Ordering::Relaxed);
     let (r, saved) = run(
