@@ -19,7 +19,7 @@
 //!    so that a confirmation comes from a different stretch of the machine's life. A visit is
 //!    priced by the runs its trials make, so claims that compare the same two variants share
 //!    their cost, and a visit that confirms a few claims cheaply is not judged by the cost of
-//!    the one beside them that needs a thousand trials (see [`prospect_of`]). A claim whose
+//!    the one beside them that needs a thousand trials (see `prospect_of`). A claim whose
 //!    median sits at its bound has no finite estimate and gets no time; one that needs more
 //!    than what is left counts for the share of its trials that fits, so the end of the run
 //!    goes to the claims closest to a verdict.
