@@ -203,20 +203,18 @@ const MIN_RUN_S: f64 = 5e-5;
 /// [`prospect`] from an experiment's outlook: the best visit among those that run its trials
 /// up to one of its open claims' needs, as (claims decided, seconds).
 ///
-/// Variant `v` runs in each of the next `reach(v)` trials: the most that a claim comparing it,
-/// or its section's table, needs. So `k` more trials cost `Σ_v run_s(v) · min(k, reach(v))`
-/// after the setup, plus `run_s(v) · k` for the variants of claims still testing without an
-/// estimate, which run in every trial. This counts once a run that several claims share (an
-/// allocator's throughput, RSS and p99.9 come from the same two runs), and it counts the runs
-/// of every claim still testing, because a visit runs them all whatever it was planned for.
-/// For `k` =
-/// each claim's need in turn, a visit of `k` trials decides the claims that need at most `k`
-/// (guarantees count double); the best of them per second is the prospect, so a batch that
-/// confirms ten claims in a few seconds is not judged by the cost of a claim beside them that
-/// needs a thousand trials. The longest visit that fits in `left` also counts each claim that
-/// needs more for the share of its trials that fits: the estimate assumes the proportions seen
-/// so far and a test often decides before it, so the end of a run goes to the claims closest
-/// to a verdict instead of to nobody.
+/// Variant `v` runs in each of the next `reach(v)` trials: the most that a claim comparing it, or
+/// its section's table, needs. So `k` more trials cost `Σ_v run_s(v) · min(k, reach(v))` after the
+/// setup, plus `run_s(v) · k` for the variants of claims still testing without an estimate, which
+/// run in every trial. This counts once a run that several claims share (an allocator's throughput,
+/// RSS and p99.9 come from the same two runs), and it counts the runs of every claim still testing,
+/// because a visit runs them all whatever it was planned for. For `k` = each claim's need in turn,
+/// a visit of `k` trials decides the claims that need at most `k` (guarantees count double); the
+/// best of them per second is the prospect, so a batch that confirms ten claims in a few seconds is
+/// not judged by the cost of a claim beside them that needs a thousand trials. The longest visit
+/// that fits in `left` also counts each claim that needs more for the share of its trials that
+/// fits: the estimate assumes the proportions seen so far and a test often decides before it, so
+/// the end of a run goes to the claims closest to a verdict instead of to nobody.
 fn prospect_of(outlook: &Outlook, setup_s: f64, left: f64) -> Option<(f64, f64)> {
     let mut reach = vec![0u64; outlook.run_s.len()];
     // Variants that run in every trial: a claim still testing with no estimate.
