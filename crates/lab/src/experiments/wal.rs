@@ -20,6 +20,13 @@
 //! with 64-byte records (`freesync`): syncs cost nothing, so its rate is what the CPUs allow
 //! writers that block until their record is durable; it explains the N-writer bounds.
 //!
+//! Section `wake` measures the other cost that no log whose writers block can avoid: N threads
+//! blocked on one event count, as spindle-wal's writers wait for a commit, asleep for a sync's
+//! time, then woken by one increment — when do the first and the last of them run again? A
+//! writer's cycle is at least a sync plus its own wake-up, so N divided by (a sync + a
+//! record's transfer + the first wake-up) is a ceiling for every such log on this machine: the
+//! `blocking` rows, which the N-writer claims' explanations set beside the bound.
+//!
 //! Section `raft` (module `raft`): a three-node openraft cluster on loopback with its logs on
 //! spindle-wal against the same cluster on openraft's in-memory example log with a write and
 //! `fdatasync` per append.
@@ -31,7 +38,10 @@ mod raft;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
@@ -200,6 +210,88 @@ fn run(store: &Store, writers: usize, size: usize, span: Duration) -> Sample {
         .with("rate", count as f64)
         .with("p50", quantile(&mut lat, 0.5))
         .with("p99", quantile(&mut lat, 0.99))
+}
+
+/// The ceiling of durable appends per second for `writers` threads that each block until
+/// their record is durable, waiting as spindle-wal's writers do (on an event count: a short
+/// adaptive spin, then the futex), on a disk with fsync rate `fsync` and bandwidth `bandwidth`
+/// (bytes/s), where a writer runs again at the earliest `wake_ns` after the sync that
+/// acknowledged it (the first of them back, [`wake_back`]). A writer has one record in flight;
+/// it waits for a sync that began after it was appended (at least as long as a 64-byte sync,
+/// plus its own record's transfer), then for its wake-up, before it appends the next. Every
+/// writer's cycle is at least that long, whatever the log does.
+fn blocking_rate(writers: usize, size: usize, fsync: f64, bandwidth: f64, wake_ns: f64) -> f64 {
+    let transfer = (size + spindle_wal::format::FRAME) as f64 / bandwidth;
+    writers as f64 / (1.0 / fsync + transfer + wake_ns * 1e-9)
+}
+
+/// How long `writers` threads blocked on one event count (as spindle-wal's writers wait for a
+/// commit) take to run again after one wake-all: each round, every thread blocks, the round
+/// sleeps `asleep` (a sync's time: long enough for idle CPUs to settle), stamps the time and
+/// increments the count. Returns the median over rounds of when the first and the last of them
+/// ran again (ns), for `span` and at least 5 rounds: the time that any log whose writers block
+/// until their record is durable spends between a sync and the next batch's last record.
+fn wake_back(writers: usize, asleep: Duration, span: Duration) -> Sample {
+    let count = spindle_sync::EventCount::new();
+    let base = Instant::now();
+    let stamp = AtomicU64::new(0);
+    // Threads that read the count's version for the next round (and will wait on it), and
+    // each round's latencies.
+    let ready = AtomicU64::new(0);
+    let woken = Mutex::new(Vec::with_capacity(writers));
+    let rounds = AtomicU64::new(0);
+    let (mut first, mut last) = (Vec::new(), Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..writers {
+            s.spawn(|| loop {
+                let v = count.value();
+                ready.fetch_add(1, Relaxed);
+                let _ = count.wait(v, None);
+                let at = base.elapsed().as_nanos() as u64;
+                let lat = at.saturating_sub(stamp.load(Acquire)) as f64;
+                woken.lock().unwrap_or_else(|e| e.into_inner()).push(lat);
+                if rounds.load(Relaxed) == u64::MAX {
+                    return;
+                }
+            });
+        }
+        let t0 = Instant::now();
+        let mut round = 0u64;
+        loop {
+            round += 1;
+            let done = t0.elapsed() >= span && round > 5;
+            // Every thread is about to wait (or waiting) on the version it read.
+            while ready.load(Relaxed) < round * writers as u64 {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(asleep);
+            if done {
+                rounds.store(u64::MAX, Relaxed);
+            }
+            stamp.store(base.elapsed().as_nanos() as u64, Release);
+            count.increment();
+            loop {
+                let mut w = woken.lock().unwrap_or_else(|e| e.into_inner());
+                if w.len() == writers {
+                    let (lo, hi) = w
+                        .iter()
+                        .fold((f64::INFINITY, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+                    first.push(lo);
+                    last.push(hi);
+                    w.clear();
+                    break;
+                }
+                drop(w);
+                std::thread::yield_now();
+            }
+            if done {
+                break;
+            }
+        }
+    });
+    Sample::new()
+        .with("first", quantile(&mut first, 0.5))
+        .with("last", quantile(&mut last, 0.5))
 }
 
 /// The disk's fsync rate and latency, as `pg_test_fsync` measures it: one thread writes 64
@@ -377,6 +469,36 @@ impl Experiment for WalLab {
                 Sample::new().with("bytes", v)
             },
         ));
+        plan.section(
+            Section::new(
+                "wake",
+                "Waking N threads blocked on one event count (as writers wait for a commit), after a sync's time asleep",
+            )
+            .metric(Metric::time("first", "until the first runs again, median"))
+            .metric(Metric::time("last", "until the last runs again, median")),
+        );
+        let wake = WRITERS.map(|_| std::rc::Rc::new(std::cell::Cell::new(f64::NAN)));
+        for (writers, cell) in WRITERS.into_iter().zip(&wake).filter(|(w, _)| *w > 1) {
+            let (f, cell) = (fsync.clone(), cell.clone());
+            plan.variant(
+                Variant::fixed(
+                    "wake",
+                    format!("wake-{writers}"),
+                    format!("{writers} threads, one increment"),
+                    move || {
+                        // Asleep as long as a sync takes here (the fsync rate's last run).
+                        let sync_ns = Some(1e9 / f.get())
+                            .filter(|ns| ns.is_finite() && *ns > 0.0)
+                            .unwrap_or(200e3);
+                        let asleep = Duration::from_nanos(sync_ns as u64);
+                        let s = wake_back(writers, asleep, span);
+                        cell.set(s.value("first").unwrap_or(f64::NAN));
+                        s
+                    },
+                )
+                .threads(writers),
+            );
+        }
         for (size, section, _) in SIZES {
             plan.section(
                 Section::new(section, format!("{size}-byte records, durable appends"))
@@ -411,6 +533,22 @@ impl Experiment for WalLab {
                     );
                 }
                 if writers > 1 {
+                    let k = WRITERS
+                        .iter()
+                        .position(|&w| w == writers)
+                        .expect("a writer count");
+                    let (f, b, w) = (fsync.clone(), bw.clone(), wake[k].clone());
+                    plan.variant(Variant::fixed(
+                        section,
+                        format!("{section}-{writers}-blocking"),
+                        format!("the ceiling for {writers} writers that block: {writers} / (sync + a record's transfer + first wake-up)"),
+                        move || {
+                            Sample::new().with(
+                                "rate",
+                                blocking_rate(writers, size, f.get(), b.get(), w.get()),
+                            )
+                        },
+                    ));
                     let (f, b) = (fsync.clone(), bw.clone());
                     plan.variant(Variant::fixed(
                         section,
@@ -454,7 +592,8 @@ fn explain_bounds(r: &mut crate::results::ExperimentResult, cpus: usize) {
     let Some(f) = median(r, "disk-fsync", "rate").filter(|f| f.is_finite() && *f > 0.0) else {
         return;
     };
-    for (_, section, _) in SIZES {
+    let bandwidth = median(r, "disk-bandwidth", "bytes").filter(|b| b.is_finite() && *b > 0.0);
+    for (size, section, _) in SIZES {
         for writers in [4usize, 16, 64] {
             let measured =
                 |id: String| median(r, &id, "rate").filter(|v| v.is_finite() && *v > 0.0);
@@ -463,6 +602,11 @@ fn explain_bounds(r: &mut crate::results::ExperimentResult, cpus: usize) {
             };
             let free = measured(format!("{section}-{writers}-freesync"));
             let bound = measured(format!("{section}-{writers}-bound"));
+            let ceiling = measured(format!("{section}-{writers}-blocking"));
+            let wake = |m: &str| {
+                median(r, &format!("wake-{writers}"), m).filter(|v| v.is_finite() && *v > 0.0)
+            };
+            let (first, last) = (wake("first"), wake("last"));
             let id = format!("wal-{section}-{writers}-writers");
             let Some(c) = r.claims.iter_mut().find(|c| c.id == id) else {
                 continue;
@@ -481,26 +625,50 @@ fn explain_bounds(r: &mut crate::results::ExperimentResult, cpus: usize) {
                 (cycle_us - sync_us).max(0.0),
                 sync_us / 9.0
             ));
-            if let (Some(free), Some(bound)) = (free, bound) {
-                let wake_us = n / free * 1e6;
+            if let (Some(first), Some(last), Some(ceiling), Some(bound)) =
+                (first, last, ceiling, bound)
+            {
                 c.explanation.push_str(&format!(
-                    "; with syncs free (tmpfs) they got {free:.0} appends/s, {wake_us:.0} µs a \
-                     round of CPU alone{}",
-                    if free < bound {
-                        format!(
-                            ", so the bound ({bound:.0}/s) is above what these CPUs can do even \
-                             with free syncs: out of reach here for any log that blocks each \
-                             writer until its record is durable"
-                        )
+                    "; {writers} threads blocked on an event count for a sync's time ran again \
+                     {:.0} µs (the first) to {:.0} µs (the last) after one increment here \
+                     (section wake): writers that block get at most {ceiling:.0}/s \
+                     ({section}-{writers}-blocking), {:.2} × the bound{}; spindle-wal got {:.2} × \
+                     that ceiling",
+                    first / 1e3,
+                    last / 1e3,
+                    ceiling / bound,
+                    if ceiling < bound {
+                        ": out of reach here for any log whose writers block until their record \
+                         is durable"
                     } else {
-                        format!(
-                            "; a log that waits for all {writers} after each sync gets at most \
-                             {:.0}/s here; reaching the bound needs their wake-ups to overlap \
-                             the next sync",
-                            n / (sync_us + wake_us) * 1e6
-                        )
-                    }
+                        ""
+                    },
+                    rate / ceiling
                 ));
+                // Every writer in every batch: a sync of N records, then the last one back
+                // (for 64-byte records, whose transfer is small beside a sync: 4-KiB batches
+                // meet the disk's bandwidth, which the short bandwidth run measures roughly).
+                if let (Some(b), 64) = (bandwidth, size) {
+                    let all = n
+                        / (1.0 / f
+                            + n * (size + spindle_wal::format::FRAME) as f64 / b
+                            + last * 1e-9);
+                    c.explanation.push_str(&format!(
+                        "; a log that puts all {writers} writers in every batch gets at most \
+                         {all:.0}/s here ({:.2} × the bound)",
+                        all / bound
+                    ));
+                }
+            }
+            if let (Some(free), Some(bound)) = (free, bound) {
+                if free < bound {
+                    c.explanation.push_str(&format!(
+                        "; with syncs free (tmpfs) they got {free:.0} appends/s, {:.0} µs a \
+                         round of CPU alone, so the bound ({bound:.0}/s) is above what these \
+                         CPUs can do even with free syncs",
+                        n / free * 1e6
+                    ));
+                }
             }
         }
     }
@@ -595,6 +763,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_blocking_ceiling_adds_a_sync_a_transfer_and_a_wake_up() {
+        let frame = spindle_wal::format::FRAME as f64;
+        // 1 000 syncs/s, 1 GB/s, 100 µs wake-up: each writer's cycle is 1 ms + (64 + frame)
+        // ns + 100 µs.
+        let r = blocking_rate(4, 64, 1e3, 1e9, 100e3);
+        let cycle = 1e-3 + (64.0 + frame) * 1e-9 + 100e-6;
+        assert!((r - 4.0 / cycle).abs() < 1e-6 * r, "{r}");
+        // Free wake-ups and an endless bandwidth leave N × F.
+        assert!((blocking_rate(16, 0, 1e3, f64::INFINITY, 0.0) - 16e3).abs() < 1e-6);
+    }
+
+    #[test]
     fn every_contestant_appends_durably() {
         let dir = std::env::temp_dir().join(format!("spindle-lab-wal-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -604,6 +784,12 @@ mod tests {
             let (rate, p99) = (s.value("rate").unwrap(), s.value("p99").unwrap());
             assert!(rate > 0.0 && p99 > 0.0, "{who:?}: {rate} {p99}");
         }
+        let w = wake_back(3, Duration::from_micros(50), Duration::from_millis(2));
+        let (first, last) = (w.value("first").unwrap(), w.value("last").unwrap());
+        assert!(
+            first > 0.0 && first <= last,
+            "first {first} ns, last {last} ns"
+        );
         let f = fsync_rate(&dir, Duration::from_millis(5)).unwrap();
         assert!(f.value("rate").unwrap() > 0.0);
         assert!(bandwidth(&dir, Duration::from_millis(5)).unwrap() > 0.0);
