@@ -229,8 +229,9 @@ fn blocking_rate(writers: usize, size: usize, fsync: f64, bandwidth: f64, wake_n
 /// commit) take to run again after one wake-all: each round, every thread blocks, the round
 /// sleeps `asleep` (a sync's time: long enough for idle CPUs to settle), stamps the time and
 /// increments the count. Returns the median over rounds of when the first and the last of them
-/// ran again (ns), for `span` and at least 5 rounds: the time that any log whose writers block
-/// until their record is durable spends between a sync and the next batch's last record.
+/// ran again (ns), for `span` and at least 5 rounds. After a sync, a log whose writers block
+/// until their record is durable waits at least the first for any writer's next record, and a
+/// log that puts every writer in every batch waits the last for its next batch.
 fn wake_back(writers: usize, asleep: Duration, span: Duration) -> Sample {
     let count = spindle_sync::EventCount::new();
     let base = Instant::now();
