@@ -20,12 +20,13 @@
 //! with 64-byte records (`freesync`): syncs cost nothing, so its rate is what the CPUs allow
 //! writers that block until their record is durable; it explains the N-writer bounds.
 //!
-//! Section `wake` measures the other cost that no log whose writers block can avoid: N threads
-//! blocked on one event count, as spindle-wal's writers wait for a commit, asleep for a sync's
-//! time, then woken by one increment — when do the first and the last of them run again? A
-//! writer's cycle is at least a sync plus its own wake-up, so N divided by (a sync + a
-//! record's transfer + the first wake-up) is a ceiling for every such log on this machine: the
-//! `blocking` rows, which the N-writer claims' explanations set beside the bound.
+//! Section `wake` measures the other cost of a log whose writers sleep until another thread's
+//! sync wakes them (as spindle-wal's do): N threads blocked on one event count, asleep for a
+//! sync's time, then woken by one increment — when do the first and the last of them run
+//! again? A writer's cycle is at least a sync plus its own wake-up, so N divided by (a sync + a
+//! record's transfer + the first wake-up) is a ceiling for every such log on this machine (a
+//! log whose committing writer runs the sync itself, or whose writers spin, is not bound by
+//! it): the `blocking` rows, which the N-writer claims' explanations set beside the bound.
 //!
 //! Section `raft` (module `raft`): a three-node openraft cluster on loopback with its logs on
 //! spindle-wal against the same cluster on openraft's in-memory example log with a write and
@@ -219,7 +220,8 @@ fn run(store: &Store, writers: usize, size: usize, span: Duration) -> Sample {
 /// acknowledged it (the first of them back, [`wake_back`]). A writer has one record in flight;
 /// it waits for a sync that began after it was appended (at least as long as a 64-byte sync,
 /// plus its own record's transfer), then for its wake-up, before it appends the next. Every
-/// writer's cycle is at least that long, whatever the log does.
+/// writer's cycle is at least that long, however the log batches, as long as each writer
+/// sleeps until another thread's sync wakes it.
 fn blocking_rate(writers: usize, size: usize, fsync: f64, bandwidth: f64, wake_ns: f64) -> f64 {
     let transfer = (size + spindle_wal::format::FRAME) as f64 / bandwidth;
     writers as f64 / (1.0 / fsync + transfer + wake_ns * 1e-9)
@@ -229,7 +231,7 @@ fn blocking_rate(writers: usize, size: usize, fsync: f64, bandwidth: f64, wake_n
 /// commit) take to run again after one wake-all: each round, every thread blocks, the round
 /// sleeps `asleep` (a sync's time: long enough for idle CPUs to settle), stamps the time and
 /// increments the count. Returns the median over rounds of when the first and the last of them
-/// ran again (ns), for `span` and at least 5 rounds. After a sync, a log whose writers block
+/// ran again (ns), for `span` and at least 6 rounds. After a sync, a log whose writers block
 /// until their record is durable waits at least the first for any writer's next record, and a
 /// log that puts every writer in every batch waits the last for its next batch.
 fn wake_back(writers: usize, asleep: Duration, span: Duration) -> Sample {
@@ -582,8 +584,8 @@ impl Experiment for WalLab {
 /// sync only once every one of them woke up and appended again, so a batch's cycle is a sync
 /// plus that; the bound (0.9 × N × F) leaves a tenth of a sync for it. With syncs free (the
 /// `freesync` variants, 64-byte records), what is left is the CPUs' cost of waking each writer
-/// and appending again: the ceiling of any design that blocks each writer until its record
-/// is durable.
+/// and appending again. The `wake` section and the `blocking` rows add what waking N sleeping
+/// writers takes after a sync, and the ceiling that gives (see [`blocking_rate`]).
 fn explain_bounds(r: &mut crate::results::ExperimentResult, cpus: usize) {
     let median = |r: &crate::results::ExperimentResult, id: &str, m: &str| {
         r.variant(id)
@@ -632,15 +634,15 @@ fn explain_bounds(r: &mut crate::results::ExperimentResult, cpus: usize) {
                 c.explanation.push_str(&format!(
                     "; {writers} threads blocked on an event count for a sync's time ran again \
                      {:.0} µs (the first) to {:.0} µs (the last) after one increment here \
-                     (section wake): writers that block get at most {ceiling:.0}/s \
+                     (section wake): sleeping writers get at most {ceiling:.0}/s \
                      ({section}-{writers}-blocking), {:.2} × the bound{}; spindle-wal got {:.2} × \
                      that ceiling",
                     first / 1e3,
                     last / 1e3,
                     ceiling / bound,
                     if ceiling < bound {
-                        ": out of reach here for any log whose writers block until their record \
-                         is durable"
+                        ": out of reach here for writers that sleep until another thread's sync \
+                         wakes them"
                     } else {
                         ""
                     },
