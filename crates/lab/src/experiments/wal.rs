@@ -436,8 +436,6 @@ impl Experiment for WalLab {
             Some(shm) => Some(Store::open(Who::Spindle, &shm.dir)?),
             None => None,
         };
-        let bw = std::rc::Rc::new(std::cell::Cell::new(f64::NAN));
-        let fsync = std::rc::Rc::new(std::cell::Cell::new(f64::NAN));
         let mut plan = Plan::new();
         plan.param("directory", scratch.dir.display().to_string());
         plan.param(
@@ -451,71 +449,8 @@ impl Experiment for WalLab {
         if let Some(fs) = scratch.memory {
             plan.note(format!("THE DIRECTORY IS ON A {fs}: fsync costs nothing there, and these figures say nothing about a disk. Set SPINDLE_LAB_DIR to a directory on a disk."));
         }
-        plan.section(
-            Section::new(
-                "fsync",
-                "This disk's fsync rate: 64-byte writes into a file of zeros",
-            )
-            .metric(Metric::rate("rate", "fdatasync per second").higher_is_better())
-            .metric(Metric::time("p50", "fdatasync latency, median"))
-            .metric(Metric::time("p99", "fdatasync latency, p99")),
-        );
-        let (dir, f) = (scratch.dir.clone(), fsync.clone());
-        plan.variant(Variant::fixed(
-            "fsync",
-            "disk-fsync",
-            "write 64 bytes + fdatasync, one thread",
-            move || {
-                let s = fsync_rate(&dir, span).unwrap_or_else(|e| panic!("fsync rate: {e}"));
-                f.set(s.value("rate").unwrap_or(f64::NAN));
-                s
-            },
-        ));
-        plan.section(
-            Section::new("disk", "This disk's sequential write bandwidth")
-                .metric(Metric::rate("bytes", "bytes per second, 1 MiB writes").higher_is_better()),
-        );
-        let (dir, b) = (scratch.dir.clone(), bw.clone());
-        plan.variant(Variant::fixed(
-            "disk",
-            "disk-bandwidth",
-            "1 MiB writes, then fdatasync",
-            move || {
-                let v = bandwidth(&dir, span).unwrap_or_else(|e| panic!("bandwidth: {e}"));
-                b.set(v);
-                Sample::new().with("bytes", v)
-            },
-        ));
-        plan.section(
-            Section::new(
-                "wake",
-                "Waking N threads blocked on one event count (as writers wait for a commit), after a sync's time asleep",
-            )
-            .metric(Metric::time("first", "until the first runs again, median"))
-            .metric(Metric::time("last", "until the last runs again, median")),
-        );
-        let wake = WRITERS.map(|_| std::rc::Rc::new(std::cell::Cell::new(f64::NAN)));
-        for (writers, cell) in WRITERS.into_iter().zip(&wake).filter(|(w, _)| *w > 1) {
-            let (f, cell) = (fsync.clone(), cell.clone());
-            plan.variant(
-                Variant::fixed(
-                    "wake",
-                    format!("wake-{writers}"),
-                    format!("{writers} threads, one increment"),
-                    move || {
-                        // Asleep as long as a sync takes here (the fsync rate's last run).
-                        let sync_ns = Some(1e9 / f.get())
-                            .filter(|ns| ns.is_finite() && *ns > 0.0)
-                            .unwrap_or(200e3);
-                        let asleep = Duration::from_nanos(sync_ns as u64);
-                        let s = wake_back(writers, asleep, span);
-                        cell.set(s.value("first").unwrap_or(f64::NAN));
-                        s
-                    },
-                )
-                .threads(writers),
-            );
-        }
+        let (fsync, bw) = disk_sections(&mut plan, &scratch.dir, span);
+        let wake = wake_section(&mut plan, &fsync, span);
         for (size, section, _) in SIZES {
             plan.section(
                 Section::new(section, format!("{size}-byte records, durable appends"))
@@ -592,6 +527,90 @@ impl Experiment for WalLab {
         plan.finish(move |r| explain_bounds(r, cpus));
         ctx.measure(plan)
     }
+}
+
+/// A cell the experiment's variants share: one variant's last measurement, read by others.
+type Shared = std::rc::Rc<std::cell::Cell<f64>>;
+
+/// Sections `fsync` and `disk`: this disk's fsync rate and sequential bandwidth in `dir`, for
+/// `span` each run. Returns the cells holding their last measurements (fsync per second,
+/// bytes per second), which the bounds and the `blocking` rows read.
+fn disk_sections(plan: &mut Plan<'_>, dir: &Path, span: Duration) -> (Shared, Shared) {
+    let bw: Shared = std::rc::Rc::new(std::cell::Cell::new(f64::NAN));
+    let fsync: Shared = std::rc::Rc::new(std::cell::Cell::new(f64::NAN));
+    plan.section(
+        Section::new(
+            "fsync",
+            "This disk's fsync rate: 64-byte writes into a file of zeros",
+        )
+        .metric(Metric::rate("rate", "fdatasync per second").higher_is_better())
+        .metric(Metric::time("p50", "fdatasync latency, median"))
+        .metric(Metric::time("p99", "fdatasync latency, p99")),
+    );
+    let (at, f) = (dir.to_path_buf(), fsync.clone());
+    plan.variant(Variant::fixed(
+        "fsync",
+        "disk-fsync",
+        "write 64 bytes + fdatasync, one thread",
+        move || {
+            let s = fsync_rate(&at, span).unwrap_or_else(|e| panic!("fsync rate: {e}"));
+            f.set(s.value("rate").unwrap_or(f64::NAN));
+            s
+        },
+    ));
+    plan.section(
+        Section::new("disk", "This disk's sequential write bandwidth")
+            .metric(Metric::rate("bytes", "bytes per second, 1 MiB writes").higher_is_better()),
+    );
+    let (at, b) = (dir.to_path_buf(), bw.clone());
+    plan.variant(Variant::fixed(
+        "disk",
+        "disk-bandwidth",
+        "1 MiB writes, then fdatasync",
+        move || {
+            let v = bandwidth(&at, span).unwrap_or_else(|e| panic!("bandwidth: {e}"));
+            b.set(v);
+            Sample::new().with("bytes", v)
+        },
+    ));
+    (fsync, bw)
+}
+
+/// Section `wake` ([`wake_back`] for each writer count above one, asleep for the time of a
+/// sync measured by the `fsync` cell). Returns a cell per entry of [`WRITERS`] holding its last
+/// first wake-up (ns; NaN for one writer), which the `blocking` rows read.
+fn wake_section(plan: &mut Plan<'_>, fsync: &Shared, span: Duration) -> [Shared; WRITERS.len()] {
+    plan.section(
+        Section::new(
+            "wake",
+            "Waking N threads blocked on one event count (as writers wait for a commit), after a sync's time asleep",
+        )
+        .metric(Metric::time("first", "until the first runs again, median"))
+        .metric(Metric::time("last", "until the last runs again, median")),
+    );
+    let wake = WRITERS.map(|_| std::rc::Rc::new(std::cell::Cell::new(f64::NAN)));
+    for (writers, cell) in WRITERS.into_iter().zip(&wake).filter(|(w, _)| *w > 1) {
+        let (f, cell) = (fsync.clone(), cell.clone());
+        plan.variant(
+            Variant::fixed(
+                "wake",
+                format!("wake-{writers}"),
+                format!("{writers} threads, one increment"),
+                move || {
+                    // Asleep as long as a sync takes here (the fsync rate's last run).
+                    let sync_ns = Some(1e9 / f.get())
+                        .filter(|ns| ns.is_finite() && *ns > 0.0)
+                        .unwrap_or(200e3);
+                    let asleep = Duration::from_nanos(sync_ns as u64);
+                    let s = wake_back(writers, asleep, span);
+                    cell.set(s.value("first").unwrap_or(f64::NAN));
+                    s
+                },
+            )
+            .threads(writers),
+        );
+    }
+    wake
 }
 
 /// Where an N-writer bound is not met, what the run says about why: N writers can share each
