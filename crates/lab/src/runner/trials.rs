@@ -265,7 +265,7 @@ impl Ctx<'_> {
             if self.stop_requested() {
                 break format!("interrupted ({ran} trials in this visit)");
             }
-            let Some(trial) = self.one_trial(plan, state, active, &running) else {
+            let Some(trial) = self.one_trial(plan, layout, state, active, &running) else {
                 break format!("interrupted ({ran} trials in this visit)");
             };
             window.trials.push(trial);
@@ -287,17 +287,31 @@ impl Ctx<'_> {
         reason
     }
 
-    /// Every variant marked in `running` once, in a fresh random order. None when the user
-    /// stopped in the middle (an incomplete trial is not kept).
+    /// Every variant marked in `running` once, in a fresh random order: the sections in a
+    /// random order, and each section's variants, in a random order, one after another. A
+    /// claim compares two variants of one section, and a host whose speed changes from one
+    /// tenth of a second to the next (a neighbour taking the core's caches, on a cloud VM)
+    /// slows a run by up to 3 × (figures in the stop note of 2026-11-29): the closer in time
+    /// a claim's two runs are, the less such a change falls between them and makes its
+    /// per-trial ratio say more about the host than about the code. Shuffled over the whole
+    /// experiment, a section's two variants were dozens of runs apart in experiments of many
+    /// sections. None when the user stopped in the middle (an incomplete trial is not kept).
     fn one_trial(
         &mut self,
         plan: &mut Plan<'_>,
+        layout: &Layout,
         state: &mut State,
         active: Vec<bool>,
         running: &[bool],
     ) -> Option<Pending> {
-        let mut order: Vec<usize> = (0..plan.variants.len()).filter(|&v| running[v]).collect();
-        self.rng.shuffle(&mut order);
+        let mut sections: Vec<&Vec<usize>> = layout.members.iter().collect();
+        self.rng.shuffle(&mut sections);
+        let mut order = Vec::with_capacity(plan.variants.len());
+        for members in sections {
+            let start = order.len();
+            order.extend(members.iter().copied().filter(|&v| running[v]));
+            self.rng.shuffle(&mut order[start..]);
+        }
         let work = state.work.clone().expect("prepared");
         let mut samples: Vec<Option<Sample>> = (0..plan.variants.len()).map(|_| None).collect();
         for v in order {
