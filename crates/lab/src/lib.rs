@@ -5,11 +5,10 @@
 //! variant measures (any number of named metrics). The [`runner`] measures them in
 //! *trials* that run each variant of the sections still at work once (past a section's table
 //! minimum, only the variants its open claims compare), in a random order that keeps each
-//! section's variants together, and
-//! decides *claims* about ratios between variants measured in the same trial from Robbins'
-//! confidence sequence for their median ([`spindle_stats::ToleranceGate`]): holds, violated,
-//! or undecided (never rounded to a pass). The [`planner`] shares one time budget among the
-//! experiments.
+//! section's variants together, and decides *claims* about ratios between variants measured
+//! in the same trial from Robbins' confidence sequence for their median
+//! ([`spindle_stats::ToleranceGate`]): holds, violated, or undecided (never rounded to a pass).
+//! The [`planner`] shares one time budget among the experiments.
 //!
 //! Claims are of two kinds. A **guarantee** is Spindle's promise about its own code; a
 //! violation is a defect. A **reproduction** re-measures a figure of a source document; its

@@ -61,7 +61,8 @@ const HOW_TO_READ: &str = "<div class=\"howto\"><h2 style=\"margin-top:0.6em;bor
 <span class=\"badge holds\">agrees</span> or <span class=\"badge differs\">differs</span> only says whether this machine \
 behaves like the document's.</li>\
 <li>Variants of one experiment run <b>interleaved</b>: each trial runs every variant once, in a fresh random order \
-(each section's variants together, so that a claim's two runs are close in time), so drifts of the machine hit all of them alike.</li>\
+(each section's variants together, and the sections a claim compares, so that a claim's two runs are close in time), so \
+drifts of the machine hit all of them alike.</li>\
 <li>A claim compares two variants <i>within</i> each trial (\"ours / floor\" in this trial). VERDICT_RULE \
 Undecided means the time ran out, the median sits within the margin of its bound, or a run hit its time cap; \
 nothing undecided is rounded to a pass.</li>\

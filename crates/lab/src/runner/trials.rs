@@ -21,6 +21,43 @@ const WINDOW: Duration = Duration::from_millis(500);
 /// process in.
 const MIN_WINDOW: Duration = Duration::from_millis(100);
 
+/// The root of `i` in a union-find forest (`parent`), halving the path on the way.
+fn root(parent: &mut [usize], mut i: usize) -> usize {
+    while parent[i] != i {
+        parent[i] = parent[parent[i]];
+        i = parent[i];
+    }
+    i
+}
+
+/// The variants of a trial in *blocks* that run one after another: a section's variants
+/// together, and sections that a claim joins (its two variants in different sections, as wal's
+/// writer against the `fsync` floor) in one block, so that every claim's two runs fall in one
+/// block (see `one_trial`).
+fn blocks(plan: &Plan<'_>, layout: &Layout) -> Vec<Vec<usize>> {
+    let sections = layout.members.len();
+    let mut parent: Vec<usize> = (0..sections).collect();
+    let section = |id: &str| {
+        plan.variants
+            .iter()
+            .position(|v| v.id == id)
+            .map(|v| layout.section_of[v])
+    };
+    for c in &plan.claims {
+        if let (Some(a), Some(b)) = (section(&c.numerator.0), section(&c.denominator.0)) {
+            let (ra, rb) = (root(&mut parent, a), root(&mut parent, b));
+            parent[ra] = rb;
+        }
+    }
+    let mut blocks: Vec<Vec<usize>> = vec![Vec::new(); sections];
+    for (s, members) in layout.members.iter().enumerate() {
+        let r = root(&mut parent, s);
+        blocks[r].extend(members);
+    }
+    blocks.retain(|b| !b.is_empty());
+    blocks
+}
+
 /// Gives the variants that claims compare one size of work per run.
 ///
 /// A section's variants do the same operation (their metric is its time, or a quantile of its
@@ -49,13 +86,6 @@ fn equal_work(variants: &[Variant<'_>], claims: &[Claim], work: &mut [u64]) {
     let index = |id: &str| variants.iter().position(|v| v.id == id);
     // Union-find over the variants, joined by the claims that compare them.
     let mut parent: Vec<usize> = (0..variants.len()).collect();
-    fn root(parent: &mut [usize], mut i: usize) -> usize {
-        while parent[i] != i {
-            parent[i] = parent[parent[i]];
-            i = parent[i];
-        }
-        i
-    }
     for c in claims {
         let (Some(a), Some(b)) = (index(&c.numerator.0), index(&c.denominator.0)) else {
             continue;
@@ -287,15 +317,15 @@ impl Ctx<'_> {
         reason
     }
 
-    /// Every variant marked in `running` once, in a fresh random order: the sections in a
-    /// random order, and each section's variants, in a random order, one after another. A
-    /// claim compares two variants of one section, and a host whose speed changes from one
-    /// tenth of a second to the next (a neighbour taking the core's caches, on a cloud VM)
-    /// slows a run by up to 3 × (figures in the stop note of 2026-11-29): the closer in time
-    /// a claim's two runs are, the less such a change falls between them and makes its
-    /// per-trial ratio say more about the host than about the code. Shuffled over the whole
-    /// experiment, a section's two variants were dozens of runs apart in experiments of many
-    /// sections. None when the user stopped in the middle (an incomplete trial is not kept).
+    /// Every variant marked in `running` once, in a fresh random order: the *blocks* (see
+    /// [`blocks`]) in a random order, and each block's variants, in a random order, one after
+    /// another. A host whose speed changes from one tenth of a second to the next (a neighbour
+    /// taking the core's caches, on a cloud VM) slows a run by up to 3 × (figures in the stop
+    /// note of 2026-11-29): the closer in time a claim's two runs are, the less such a change
+    /// falls between them and makes its per-trial ratio say more about the host than about the
+    /// code. Shuffled over the whole experiment, a claim's two variants were dozens of runs
+    /// apart in experiments of many sections. None when the user stopped in the middle (an
+    /// incomplete trial is not kept).
     fn one_trial(
         &mut self,
         plan: &mut Plan<'_>,
@@ -304,12 +334,12 @@ impl Ctx<'_> {
         active: Vec<bool>,
         running: &[bool],
     ) -> Option<Pending> {
-        let mut sections: Vec<&Vec<usize>> = layout.members.iter().collect();
-        self.rng.shuffle(&mut sections);
+        let mut blocks = blocks(plan, layout);
+        self.rng.shuffle(&mut blocks);
         let mut order = Vec::with_capacity(plan.variants.len());
-        for members in sections {
+        for block in blocks {
             let start = order.len();
-            order.extend(members.iter().copied().filter(|&v| running[v]));
+            order.extend(block.into_iter().filter(|&v| running[v]));
             self.rng.shuffle(&mut order[start..]);
         }
         let work = state.work.clone().expect("prepared");
@@ -455,9 +485,10 @@ fn run_once(body: &mut Body<'_>, work: u64) -> Sample {
 
 #[cfg(test)]
 mod tests {
-    use super::equal_work;
+    use super::{blocks, equal_work};
     use crate::kit::Span;
-    use crate::spec::{Claim, Sample, Variant};
+    use crate::runner::data::Layout;
+    use crate::spec::{Claim, Plan, Sample, Section, Variant};
 
     fn op(section: &'static str, id: &str) -> Variant<'static> {
         Variant::per_op(section, id, id, |_| Span::default())
@@ -465,6 +496,38 @@ mod tests {
 
     fn claim(a: &str, b: &str) -> Claim {
         Claim::guarantee("c", "").ratio(a, b).at_most(1.0)
+    }
+
+    /// A section's variants stay together; a claim across two sections puts both in one block.
+    #[test]
+    fn a_trial_runs_each_section_and_each_claim_in_one_block() {
+        let mut plan = Plan::new();
+        for s in ["a", "b", "c", "d"] {
+            plan.section(Section::per_op(s, s, "op"));
+        }
+        for (s, id) in [
+            ("a", "a1"),
+            ("b", "b1"),
+            ("a", "a2"),
+            ("c", "c1"),
+            ("c", "c2"),
+        ] {
+            plan.variant(op(s, id));
+        }
+        plan.variant(op("d", "d1"));
+        plan.claim(claim("a1", "a2"));
+        plan.claim(claim("c2", "a1"));
+        let layout = Layout::of(&plan);
+        let mut got: Vec<Vec<&str>> = blocks(&plan, &layout)
+            .into_iter()
+            .map(|b| {
+                let mut ids: Vec<&str> = b.iter().map(|&v| plan.variants[v].id.as_str()).collect();
+                ids.sort_unstable();
+                ids
+            })
+            .collect();
+        got.sort();
+        assert_eq!(got, [vec!["a1", "a2", "c1", "c2"], vec!["b1"], vec!["d1"]]);
     }
 
     #[test]
