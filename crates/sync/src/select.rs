@@ -614,8 +614,9 @@ const INLINE_OPS: usize = 4;
 /// `repr(C)`, the uninitialised array last: where the compiler orders the fields itself it put
 /// the array between the fields that start at zero, and then zeroed the whole selection with
 /// one `memset` call (an uninitialised byte may hold any value, zero included): 281 bytes at
-/// every `select!`, about a fifth of a receive's time in a two-channel `select!` stream (lab
-/// `rings`, section `select`; `perf` on the Zen 3 guest). Last, the array is left alone.
+/// every `select!`, about a fifth of a receive's time in a two-channel `select!` stream (`perf`
+/// of a probe shaped like lab `rings`' section `select`, on a Zen 3 guest). Last, the array is
+/// left alone.
 #[repr(C)]
 struct Ops<'a> {
     len: usize,

@@ -256,8 +256,9 @@ fn spindle_keeps_value_of_dropped_recv() -> Option<bool> {
 /// (checked in this run), the ping-pong guarantees against kanal that do not hold say why
 /// kanal's receive can be cheaper there: its sender hands the value straight into the waiting
 /// future, which then needs no claim of its own, where a receive that is safe to cancel
-/// (Spindle's, tokio's, flume's) leaves the value in the channel until the woken future claims
-/// it. In a ping-pong every receive waits. The claims keep their bounds and verdicts.
+/// (Spindle's, checked in the run; tokio's and flume's, seen in a probe) leaves the value in the
+/// channel until the woken future claims it. In a ping-pong nearly every receive waits. The
+/// claims keep their bounds and verdicts.
 fn kanal_handoff_clause(
     r: &mut ExperimentResult,
     kanal_keeps: Option<bool>,
