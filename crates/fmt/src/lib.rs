@@ -73,8 +73,9 @@
 //!   103/1024 exceeds 1/10 by 0.000586, so the error `v · 0.000586 ≤ 0.058` stays below the
 //!   smallest gap `1/10` between `v/10`'s fractional part (at most 0.9) and the next integer.
 //! - `v / 100 == (v · 5243) >> 19` for `0 ≤ v < 43 699`; applied to `v < 10⁴`.
-//! - Three digits (`Buffer::format`, `100 ≤ v < 1000`): `v / 100 == (v · 41) >> 12` for
-//!   `v < 1099` and `v / 10 == (v · 205) >> 11` for `v < 1029`.
+//! - `v / 100 == (v · 41) >> 12` for `0 ≤ v < 1099` (first failure: 1099) and
+//!   `v / 10 == (v · 205) >> 11` for `0 ≤ v < 1029` (first failure: 1029); both applied to
+//!   `100 ≤ v < 1000` (three digits, `Buffer::format`).
 //!
 //! Lane discipline, for the multiplies done on several lanes of one word at once:
 //!
@@ -148,10 +149,10 @@ fn two(x: u32) -> u16 {
 /// `a + (b − 10a)·2⁸ + (x − 10b)·2¹⁶` (each term a digit in its byte) equals the sum
 /// `x·2¹⁶ + b·(2⁸ − 10·2¹⁶) + a·(1 − 10·2⁸)`, exact in wrapping 32-bit arithmetic because the
 /// result lies in `[0, 2²⁴)`. `a` and `b` are two independent multiply-shifts, then two more
-/// multiplies and three adds: ten instructions and a chain of two multiplies, where splitting
-/// by 100 and then the rest by 10 chains three multiplies (and extracting the digits one at a
-/// time from a fixed-point fraction took seventeen instructions, measured slower on an Intel
-/// guest: the commit that made this says how much).
+/// multiplies and a few adds: about ten instructions. Extracting the digits one at a time
+/// from a fixed-point fraction (this function before) took about fifteen, with a chain of
+/// similar length; the gain is in instructions, and lab `itoa` measured it (the commit that
+/// made this says how much).
 #[inline(always)]
 fn three(x: u32) -> u32 {
     debug_assert!((100..1000).contains(&x));
@@ -976,7 +977,7 @@ mod tests {
         std::eprintln!("twenty digits: {paths} path(s) tested, AVX: {has_avx}");
     }
 
-    /// The digit-at-a-time fraction of `three`, on every three-digit number.
+    /// `three`'s two quotients and its sum, on every three-digit number.
     #[test]
     fn three_digits_from_two_quotients() {
         for x in 100..1000u32 {

@@ -255,14 +255,15 @@ fn pass<P: Printer, const WIDE: bool, const PLACE: usize>(
 }
 
 /// Reads the `n` inputs from `at` on (round in a circle), untimed, so that the timed pass
-/// finds them in the cache and times the printer, not the memory. Between two passes over one
-/// distribution the lab prints the seven others with every printer, and the pass's inputs
-/// (up to 150 KB) have left the L2 cache; on an Intel Xeon guest (2 vCPUs, 2 MiB of L2 each)
-/// the hardware prefetchers did not keep up with the stream then, and every printer waited
-/// for memory. A probe of this loop that swept 32 MiB between passes measured 3.7–4.0 ns a
-/// number on `hundreds` for `spindle_fmt` and `itoa` alike (ratio 0.94–0.95); with this read
-/// before each pass, 2.6–3.0 ns (0.86–0.91), as without the sweep. Reading the inputs teaches
-/// the branch predictors nothing: only the printer branches on them.
+/// finds them in the cache and times the printer, not the memory. Between two reads of the
+/// same inputs the lab reads the other distributions' (every printer prints all eight in
+/// turn), so a pass's inputs (about 150 KB in a quick run on a 2-vCPU guest) have left the
+/// L2 cache. On the 2-vCPU Intel Xeon guest (2 MiB of L2 a core) the hardware prefetchers
+/// did not keep up with that stream, and every printer waited for memory alike, which pulled
+/// the ratios towards 1; a probe that swept the caches between passes showed it, and this
+/// read undid it (the commit that added it has the figures). It helps only while a pass's
+/// share fits the L2 cache. Reading the inputs teaches the branch predictors nothing: only
+/// the printer branches on them.
 #[inline(never)]
 fn warm(xs: &[u64], at: usize, n: u64) {
     let mut sum = 0u64;
@@ -542,10 +543,12 @@ fn dropin_reach(r: &mut ExperimentResult) {
 /// its first and last 8 bytes, overlapping, and no placement of the digits lets a core that
 /// forwards only aligned halves serve both from the printer's stores (itoa's 2-byte stores
 /// forward to neither). Both drop-ins then wait for their stores to reach the cache, and the
-/// printer's own speed counts for less. On `timestamps`, where every number has ten digits,
-/// those waits come one after another: where one step of the section's crossing chain takes
-/// more than 1 / 1.2 of itoa's time per number (and our drop-in no less than that step), the
-/// claim says so with both figures. The claims keep their bounds and verdicts.
+/// printer's own speed counts for less.
+///
+/// On `timestamps`, where every number has ten digits, those waits come one after another.
+/// Where one step of the section's crossing chain takes more than 1 / 1.2 of itoa's time per
+/// number, and our drop-in no less than that step, the claim says so with both figures. The
+/// claims keep their bounds and verdicts.
 fn forwarding_note(r: &mut ExperimentResult) {
     let median = |id: &str| {
         r.variant(id)
@@ -566,25 +569,30 @@ fn forwarding_note(r: &mut ExperimentResult) {
             c.explanation.push_str(&format!("; this machine forwards a 16-byte store only to loads of its halves (section forward: {cross:.1} ns a step across them, {half:.1} within one): memcpy's first load of a 9–15-digit string crosses them, so every drop-in waits for its stores to reach the cache on those numbers"));
         }
     }
-    // Timestamps all have ten digits: every number's copy makes one such load, and they wait
-    // one after another (a core retires in order, and a store reaches the cache only after it
-    // retires), so a number costs about one step of the crossing chain. About: the chain's
-    // step also waits for its store's data, which a printer's next store need not.
+    // Timestamps all have ten digits: every number's copy waits for its stores to reach the
+    // cache (ours: a load crosses the halves of one store; itoa's: its loads span several
+    // 2-byte stores), one number after another (a core retires in order, and a store reaches
+    // the cache only after it retires), so a number costs about one step of the crossing
+    // chain. About: the chain's step also waits for its store's data, which a printer's next
+    // store need not.
+    let Some(ts) = DISTS.iter().position(|&(id, _)| id == "timestamps") else {
+        return;
+    };
     for (w, width) in ["u32", "u64"].into_iter().enumerate() {
         let printer = |id: &str| {
             r.variant(&format!("{id}-{width}"))
-                .and_then(|(_, v)| v.metric("timestamps"))
+                .and_then(|(_, v)| v.metric(DISTS[ts].0))
                 .map(|m| m.summary.median)
         };
         let (Some(itoa), Some(ours)) = (printer("itoa"), printer("ours")) else {
             continue;
         };
-        // As in `dropin_reach`: a drop-in faster than the floor shows that it is none.
+        // A drop-in faster than one step shows that the step bounds nothing here.
         if itoa.is_nan() || ours.is_nan() || cross / itoa <= 1.0 / 1.2 || ours < cross {
             continue;
         }
-        if let Some(c) = r.claims.iter_mut().find(|c| c.id == DROPIN[w][5]) {
-            c.explanation.push_str(&format!("; every number here has ten digits, and each number's crossing load waits for its stores after the previous number's did (a core retires in order): one step of the crossing chain in section forward takes {cross:.1} ns, {:.2} × itoa's format + copy ({itoa:.1} ns) and more than 1 / 1.2 of it, and our drop-in takes {ours:.1} ns, so the printers' own work counts for little on these numbers", cross / itoa));
+        if let Some(c) = r.claims.iter_mut().find(|c| c.id == DROPIN[w][ts]) {
+            c.explanation.push_str(&format!("; every number here has ten digits, and each number's copy waits for its stores to reach the cache after the previous number's did (a core retires in order): one step of the crossing chain in section forward takes {cross:.1} ns, {:.2} × itoa's format + copy ({itoa:.1} ns) and more than 1 / 1.2 of it, and our drop-in takes {ours:.1} ns, so the printers' own work counts for little on these numbers", cross / itoa));
         }
     }
 }
