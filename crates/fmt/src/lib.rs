@@ -922,22 +922,18 @@ mod tests {
     /// where they stop being exact, documented in the crate header).
     #[test]
     fn fixed_point_divisions_are_exact_on_their_ranges() {
-        for v in 0..179u32 {
-            assert_eq!((v * 103) >> 10, v / 10, "{v}");
+        // (multiplier, shift, divisor, first value where the division stops being exact)
+        for (m, shift, d, first) in [
+            (103u32, 10, 10, 179u32),
+            (5243, 19, 100, 43_699),
+            (41, 12, 100, 1099),
+            (205, 11, 10, 1029),
+        ] {
+            for v in 0..first {
+                assert_eq!((v * m) >> shift, v / d, "{v} · {m} >> {shift}");
+            }
+            assert_ne!((first * m) >> shift, first / d, "{first} · {m} >> {shift}");
         }
-        assert_ne!((179 * 103) >> 10, 179 / 10);
-        for v in 0..43_699u32 {
-            assert_eq!((v * 5243) >> 19, v / 100, "{v}");
-        }
-        assert_ne!((43_699 * 5243) >> 19, 43_699 / 100);
-        for v in 0..1099u32 {
-            assert_eq!((v * 41) >> 12, v / 100, "{v}");
-        }
-        assert_ne!((1099 * 41) >> 12, 1099 / 100);
-        for v in 0..1029u32 {
-            assert_eq!((v * 205) >> 11, v / 10, "{v}");
-        }
-        assert_ne!((1029 * 205) >> 11, 1029 / 10);
     }
 
     /// `Buffer::format`'s seventeen to twenty digits both ways: in one AVX store where the CPU

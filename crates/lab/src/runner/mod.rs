@@ -1,16 +1,16 @@
 //! The one runner every experiment uses: calibration and warm-up, interleaved trials, claim
 //! tests, load checks, progress, and results written as they come.
 //!
-//! A *trial* runs each variant of the sections still at work once, in a fresh random order —
-//! every variant until a section's table has its minimum of trials, then only the two variants
-//! of each open claim (`runner/state.rs`) — so that slow drifts of the machine (frequency,
-//! other tenants, cache state) hit all variants alike. The order keeps each section's variants
-//! together, and sections that a claim joins (`runner/trials.rs`, `blocks`), so that a claim's
-//! two runs are close in time and a change of the host's speed rarely falls between them. Claims compare two variants *within* a
-//! trial; each claim is a sequential test on the median of its per-trial ratios
-//! (`runner/claims.rs` explains it). A section runs while one of its claims is open or its
-//! table has fewer than the profile's minimum of trials, so a cheap section that decides fast
-//! does not pay for an expensive one that does not.
+//! A *trial* runs each variant of the sections still at work once, in a fresh random order — every
+//! variant until a section's table has its minimum of trials, then only the two variants of each
+//! open claim (`runner/state.rs`) — so that slow drifts of the machine (frequency, other tenants,
+//! cache state) hit all variants alike. The order keeps each section's variants together, and
+//! sections that a claim joins (`runner/trials.rs`, `blocks`), so that a claim's two runs are close
+//! in time and a change of the host's speed rarely falls between them. Claims compare two variants
+//! *within* a trial; each claim is a sequential test on the median of its per-trial ratios
+//! (`runner/claims.rs` explains it). A section runs while one of its claims is open or its table
+//! has fewer than the profile's minimum of trials, so a cheap section that decides fast does not
+//! pay for an expensive one that does not.
 //!
 //! Trials are kept a *window* at a time (about half a second): if other processes loaded the
 //! CPUs during the window, its trials are discarded and measured again (see [`crate::load`]).
