@@ -13,7 +13,8 @@
 //!   256 bytes of each block and one byte per page beyond (as much as makes its pages
 //!   resident);
 //! - **handoff**: producers allocate and fill blocks of 1–512 B, consumers on other threads
-//!   free them (remote frees), through one bounded queue per pair.
+//!   free them (remote frees), through one bounded queue per pair; each pair's two threads
+//!   are pinned to two CPUs, where the machine has two.
 //!
 //! Each allocation call is timed with `rdtsc` (seed 001's cycles): the metrics are cycles per
 //! call summed with and without the seed's 50 000-cycle cut-off, p99.9 per call, peak RSS,
@@ -378,11 +379,18 @@ fn handoff(
     tp: &mut Times,
     tc: &mut Times,
     gate: &Gate,
+    cpus: Option<(usize, usize)>,
 ) -> Option<(Instant, Instant)> {
     let q = crossbeam_queue::ArrayQueue::<(usize, usize)>::new(256);
+    if let Some((producer, _)) = cpus {
+        crate::sys::pin_current_thread(producer);
+    }
     let start = std::thread::scope(|s| {
         let q = &q;
         let consumer = std::thread::Builder::new().spawn_scoped(s, move || {
+            if let Some((_, consumer)) = cpus {
+                crate::sys::pin_current_thread(consumer);
+            }
             if !gate.wait() {
                 return;
             }
@@ -539,15 +547,22 @@ fn pass(
     };
     let gate = Gate::new(tables.len() * consumers);
     let gate = &gate;
+    let cpus = crate::sys::allowed_cpus();
+    let cpus = &cpus;
     std::thread::scope(|s| {
         let mut ts = times.iter_mut();
         let mut threads = Vec::new();
         for (k, table) in tables.iter_mut().enumerate() {
             let (t, t2) = (ts.next().expect("times"), ts.next().expect("times"));
             let seed = seed ^ (k as u64) << 32;
+            // A handoff pair's producer and consumer on two CPUs of their own, where there
+            // are two: left to the scheduler, a pair shared one CPU in some trials and not in
+            // others, and its rate differed 3 × between the two (every allocator's).
+            let pair_cpus = (cpus.len() >= 2)
+                .then(|| (cpus[2 * k % cpus.len()], cpus[(2 * k + 1) % cpus.len()]));
             let spawned = std::thread::Builder::new().spawn_scoped(s, move || {
                 if let Work::Handoff(n) = work {
-                    return handoff(a, n, seed, t, t2, gate);
+                    return handoff(a, n, seed, t, t2, gate, pair_cpus);
                 }
                 // The thread's own copy of its list's header (pointer, capacity, length), on
                 // its stack: the headers of all threads' lists share cache lines in `tables`,
