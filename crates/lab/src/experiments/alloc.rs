@@ -794,7 +794,7 @@ fn wait_child(pid: i32, limit: Duration) -> Result<(), String> {
             }
             return Err(format!(
                 "the trial's child took more than {} s and was killed",
-                limit.as_secs()
+                limit.as_secs_f64()
             ));
         }
         match &pidfd {
@@ -1127,5 +1127,22 @@ mod tests {
         .unwrap();
         let s = sample(&o);
         assert!(s.value("ns").unwrap() > 0.0 && s.value("rss").unwrap() >= 0.0);
+    }
+
+    #[test]
+    fn a_child_past_its_limit_is_killed_and_reported() {
+        // Far more work than 200 ms allow: the parent's wait (a pidfd's poll, or naps) must
+        // end at the limit, kill the child and say so.
+        let e = in_child(
+            Who::Glibc,
+            Work::Random(usize::MAX / 2),
+            1,
+            false,
+            Duration::from_millis(200),
+            trial_seed(0),
+        )
+        .map(|o| o.calls)
+        .expect_err("the child cannot finish in 200 ms");
+        assert!(e.contains("more than 0.2 s and was killed"), "{e}");
     }
 }
