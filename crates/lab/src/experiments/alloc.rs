@@ -555,9 +555,11 @@ fn pass(
         for (k, table) in tables.iter_mut().enumerate() {
             let (t, t2) = (ts.next().expect("times"), ts.next().expect("times"));
             let seed = seed ^ (k as u64) << 32;
-            // A handoff pair's producer and consumer on two CPUs of their own, where there
-            // are two: left to the scheduler, a pair shared one CPU in some trials and not in
-            // others, and its rate differed 3 × between the two (every allocator's).
+            // A handoff pair's producer and consumer on two CPUs, where there are two (pair k
+            // on the allowed CPUs 2k and 2k + 1, wrapping around: the lab's cores / 2 pairs
+            // get CPUs of their own): left to the scheduler, a pair shared one CPU in some
+            // trials and not in others, and its rate differed 3 × between the two (every
+            // allocator's).
             let pair_cpus = (cpus.len() >= 2)
                 .then(|| (cpus[2 * k % cpus.len()], cpus[(2 * k + 1) % cpus.len()]));
             let spawned = std::thread::Builder::new().spawn_scoped(s, move || {
@@ -745,7 +747,7 @@ fn in_child(
     let result = if pid < 0 {
         Err(format!("fork: {}", std::io::Error::last_os_error()))
     } else {
-        wait_child(pid, limit)
+        wait_child(pid, limit, true)
             // SAFETY: the child finished writing before it exited.
             .map(|()| unsafe { page.read() })
             .and_then(|o| {
@@ -763,16 +765,19 @@ fn in_child(
 
 /// Waits for the trial's child `pid` to end; after `limit` kills it.
 ///
-/// The lab sleeps in `poll` on a pidfd of the child (Linux 5.3+), which wakes it once, when
-/// the child exits. It used to ask `waitpid` every 500 µs: each of those wake-ups that the
-/// scheduler ran on the child's CPU preempted the child, and the allocator call it fell in
-/// took 30–90 µs, above the cut-off (the commit that made this says how often). Where
-/// `pidfd_open` is refused, it still polls, its naps doubling from 500 µs to 20 ms.
-fn wait_child(pid: i32, limit: Duration) -> Result<(), String> {
+/// The lab sleeps in `poll` on a pidfd of the child (Linux 5.3+, `pidfd`), which wakes it
+/// once, when the child exits. It used to ask `waitpid` every 500 µs: each of those wake-ups
+/// that the scheduler ran on the child's CPU preempted the child, and the allocator call it
+/// fell in took 30–90 µs, above the cut-off (the commit that made this says how often).
+/// Where `pidfd_open` or `poll` is refused (or `pidfd` is false), it still polls, its naps
+/// doubling from 500 µs to 20 ms.
+fn wait_child(pid: i32, limit: Duration, pidfd: bool) -> Result<(), String> {
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    use rustix::io::Errno;
     const WNOHANG: i32 = 1;
-    let deadline = Instant::now() + limit;
-    let pidfd = rustix::process::Pid::from_raw(pid)
+    let deadline = Instant::now().checked_add(limit);
+    let mut pidfd = rustix::process::Pid::from_raw(pid)
+        .filter(|_| pidfd)
         .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
     let mut nap = Duration::from_micros(500);
     let mut status = 0;
@@ -785,7 +790,9 @@ fn wait_child(pid: i32, limit: Duration) -> Result<(), String> {
         if r < 0 {
             return Err(format!("waitpid: {}", std::io::Error::last_os_error()));
         }
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = deadline.map_or(Duration::MAX, |d| {
+            d.saturating_duration_since(Instant::now())
+        });
         if left.is_zero() {
             // SAFETY: our own child; SIGKILL, then reap it.
             unsafe {
@@ -797,18 +804,20 @@ fn wait_child(pid: i32, limit: Duration) -> Result<(), String> {
                 limit.as_secs_f64()
             ));
         }
-        match &pidfd {
-            Some(fd) => {
+        let timeout = Timespec::try_from(left).ok();
+        match (&pidfd, timeout) {
+            (Some(fd), Some(timeout)) => {
                 let mut fds = [PollFd::new(fd, PollFlags::IN)];
-                let timeout = Timespec {
-                    tv_sec: left.as_secs() as i64,
-                    tv_nsec: i64::from(left.subsec_nanos()),
-                };
                 // Readable once the child has exited; a signal (EINTR) or the timeout: ask
-                // `waitpid` again above.
-                let _ = poll(&mut fds, Some(&timeout));
+                // `waitpid` again above. Any other error would come back at once, every
+                // round: naps instead.
+                if let Err(e) = poll(&mut fds, Some(&timeout)) {
+                    if e != Errno::INTR {
+                        pidfd = None;
+                    }
+                }
             }
-            None => {
+            _ => {
                 std::thread::sleep(nap.min(left));
                 nap = (nap * 2).min(Duration::from_millis(20));
             }
@@ -903,9 +912,9 @@ impl Experiment for Alloc {
             .map(|&(name, _, bytes)| Trace::decode(bytes).map(|t| (name, t)))
             .collect::<Result<_, _>>()
             .map_err(|e| format!("a shipped trace does not parse: {e}"))?;
-        // Quick: a trial's two passes take about a millisecond at one thread (forking and
-        // ending its child a few more), so that the claims get their trials in a share of
-        // the lab's budget.
+        // Quick: a trial's two passes take about a millisecond at one thread (random-1; the
+        // traces' a few), and forking and ending its child a few more, so that the claims get
+        // their trials in a share of the lab's budget.
         let (per_thread, trace_calls) = if quick {
             (15_000, 60_000)
         } else {
@@ -1131,18 +1140,23 @@ mod tests {
 
     #[test]
     fn a_child_past_its_limit_is_killed_and_reported() {
-        // Far more work than 200 ms allow: the parent's wait (a pidfd's poll, or naps) must
-        // end at the limit, kill the child and say so.
-        let e = in_child(
-            Who::Glibc,
-            Work::Random(usize::MAX / 2),
-            1,
-            false,
-            Duration::from_millis(200),
-            trial_seed(0),
-        )
-        .map(|o| o.calls)
-        .expect_err("the child cannot finish in 200 ms");
-        assert!(e.contains("more than 0.2 s and was killed"), "{e}");
+        extern "C" {
+            fn pause() -> i32;
+        }
+        // Both ways of waiting: a pidfd's poll, and naps.
+        for pidfd in [true, false] {
+            // SAFETY: the child only calls `pause` (async-signal-safe) until it is killed.
+            let pid = unsafe { fork() };
+            if pid == 0 {
+                loop {
+                    // SAFETY: no preconditions.
+                    unsafe { pause() };
+                }
+            }
+            assert!(pid > 0, "fork: {}", std::io::Error::last_os_error());
+            let e = wait_child(pid, Duration::from_millis(200), pidfd)
+                .expect_err("the child never ends by itself");
+            assert!(e.contains("more than 0.2 s and was killed"), "{pidfd}: {e}");
+        }
     }
 }
