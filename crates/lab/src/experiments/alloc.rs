@@ -558,8 +558,8 @@ fn pass(
             // A handoff pair's producer and consumer on two CPUs, where there are two (pair k
             // on the allowed CPUs 2k and 2k + 1, wrapping around: the lab's cores / 2 pairs
             // get CPUs of their own): left to the scheduler, a pair shared one CPU in some
-            // trials and not in others, and its rate differed 3 × between the two (every
-            // allocator's).
+            // trials and not in others, and every allocator's rate differed severalfold
+            // between the two (the commit that pinned them has the figures).
             let pair_cpus = (cpus.len() >= 2)
                 .then(|| (cpus[2 * k % cpus.len()], cpus[(2 * k + 1) % cpus.len()]));
             let spawned = std::thread::Builder::new().spawn_scoped(s, move || {
@@ -768,9 +768,9 @@ fn in_child(
 /// The lab sleeps in `poll` on a pidfd of the child (Linux 5.3+, `pidfd`), which wakes it
 /// once, when the child exits. It used to ask `waitpid` every 500 µs: each of those wake-ups
 /// that the scheduler ran on the child's CPU preempted the child, and the allocator call it
-/// fell in took 30–90 µs, above the cut-off (the commit that made this says how often).
-/// Where `pidfd_open` or `poll` is refused (or `pidfd` is false), it still polls, its naps
-/// doubling from 500 µs to 20 ms.
+/// fell in took tens of microseconds, above the cut-off (the commit that made this has the
+/// figures). Where `pidfd_open` or `poll` is refused (or `pidfd` is false), it still polls,
+/// its naps doubling from 500 µs to 20 ms.
 fn wait_child(pid: i32, limit: Duration, pidfd: bool) -> Result<(), String> {
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
     use rustix::io::Errno;
@@ -912,9 +912,9 @@ impl Experiment for Alloc {
             .map(|&(name, _, bytes)| Trace::decode(bytes).map(|t| (name, t)))
             .collect::<Result<_, _>>()
             .map_err(|e| format!("a shipped trace does not parse: {e}"))?;
-        // Quick: a trial's two passes take about a millisecond at one thread (random-1; the
-        // traces' a few), and forking and ending its child a few more, so that the claims get
-        // their trials in a share of the lab's budget.
+        // Quick: a trial's two passes at one thread are short beside forking and ending its
+        // child (the commit that corrected this comment measured both), so that the claims
+        // get their trials in a share of the lab's budget.
         let (per_thread, trace_calls) = if quick {
             (15_000, 60_000)
         } else {
