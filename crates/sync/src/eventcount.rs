@@ -1159,6 +1159,9 @@ impl SpEventCount {
         // A partner on this CPU (both pinned to one, or oversubscribed) cannot reply while
         // this thread spins: let it run first (otherwise the call returns at once).
         yield_now();
+        // A waiter that yields at once (see `wait_until`) goes on yielding: on a shared CPU a
+        // `pause` cannot bring the reply.
+        let share_cpu = self.yield_at.load(std::sync::atomic::Ordering::Relaxed) == 0;
         let start = Deadline::now();
         let mut i = 0u32;
         loop {
@@ -1180,7 +1183,7 @@ impl SpEventCount {
                 return Some(v);
             }
             i = i.wrapping_add(1);
-            if i % 64 == 0 {
+            if i % 64 == 0 || share_cpu {
                 let now = Deadline::now();
                 if now.as_nanos().saturating_sub(start.as_nanos()) >= budget
                     || deadline.is_some_and(|d| now >= d)
@@ -1196,7 +1199,11 @@ impl SpEventCount {
                     return None;
                 }
             }
-            spin_loop();
+            if share_cpu {
+                yield_now();
+            } else {
+                spin_loop();
+            }
         }
     }
 
@@ -1314,11 +1321,18 @@ impl SpEventCount {
         // delayed it, so the next wait yields earlier (halving, down to yielding at once: a
         // one-CPU hand-off is then two yields); when it moves at any other poll but the
         // first, before the yield or well after it, the yield did not bring it, and the next
-        // wait yields later (up to `YIELD_AT`). A heuristic: whatever it learns, the spin has
-        // the same length and the protocol below follows.
+        // wait yields later (up to `YIELD_AT`), unless it moved after one of the yields that
+        // a waiter yielding at once goes on making, and that one gave the CPU away (below).
+        // A heuristic: whatever it learns, the spin has the same number of polls and the
+        // protocol below follows.
+        //
+        // The flag is looked at here, so that a wait with nothing to stretch makes no call:
+        // a one-CPU hand-off pays for every instruction of its wait.
         #[cfg(not(loom))]
-        if let Some(v) = self.stretched_spin(old, deadline) {
-            return Waited::Changed(v);
+        if WOKE_A_WAITER.get() {
+            if let Some(v) = self.stretched_spin(old, deadline) {
+                return Waited::Changed(v);
+            }
         }
         let yield_at = self.yield_at.load(std::sync::atomic::Ordering::Relaxed);
         let learn = |at: u32| {
@@ -1346,12 +1360,14 @@ impl SpEventCount {
             }
         }
         let polls = if full { SPIN_BEFORE_FLAG } else { 0 };
+        // Whether one of this spin's yields after the first gave the CPU away.
+        let mut gave_way = false;
         for i in 0..polls {
             let v = self.version.load(Acquire);
             if v != old {
                 // At the first poll the version had moved before the wait began: no lesson.
                 if i > 0 {
-                    if i == yield_at.saturating_add(1) {
+                    if i == yield_at.saturating_add(1) || gave_way {
                         learn(yield_at / 2);
                     } else {
                         learn(yield_at.saturating_mul(2).saturating_add(1).min(YIELD_AT));
@@ -1364,6 +1380,18 @@ impl SpEventCount {
             }
             if i == yield_at {
                 yield_now();
+            } else if yield_at == 0 {
+                // Yielding at once: the partner shares this CPU, where a `pause` cannot bring
+                // its reply and only keeps it from running. When the first yield did not bring
+                // it either (the scheduler ran this thread again first: a partner just woken
+                // may not be due yet), every poll yields, and an answer after a yield that
+                // gave the CPU away (timed, see `yield_gave_way`) keeps the lesson; yields
+                // that all return at once (the partner runs on another CPU, and is slow) teach
+                // to yield later, as pauses did. Pausing there put the lab's one-CPU ping-pong
+                // (`rings`, `pingpong1`) into a regime where the spin ran out and about one
+                // hand-off in twenty slept on the futex, a quarter slower, in about a third of
+                // the runs (the commit that made this has the figures).
+                gave_way |= yield_gave_way();
             } else {
                 spin_loop();
             }
