@@ -27,6 +27,7 @@
 //! Wait (`wait(v)`):
 //! ```text
 //! spin a little while version == v     // 128 polls; a sched_yield after one (which: learnt)
+//!                                      // (single producer: at every poll, once learnt at 0)
 //! loop:
 //!     CAS(word, 2v → 2v|F)             // publish "a sleeper may be present"
 //!         fails with version != v  → return Changed
@@ -264,7 +265,9 @@ use crate::time::Deadline;
 /// the CPU's `pause` latency; the lab's "waiter still spinning" figures show its effect.
 #[cfg(not(loom))]
 const SPIN_BEFORE_FLAG: u32 = 128;
-/// Halfway through that spin the waiter calls `sched_yield` once: if the thread it waits for
+/// Halfway through that spin the waiter calls `sched_yield` once (a single-producer waiter
+/// that has learnt to yield at once yields at every poll: see `SpEventCount::wait_until`): if
+/// the thread it waits for
 /// shares its CPU (oversubscription, or both pinned to one CPU), the yield lets it run now
 /// instead of after the waiter has gone through the futex (the lab's one-CPU ping-pong in
 /// `rings`); otherwise it costs one system call that returns at once. This is where the
@@ -281,8 +284,10 @@ const YIELD_AT: u32 = u32::MAX;
 /// the system call alone, and a microsecond more than that (a yield with nobody to give the
 /// CPU to returns as soon as the system call does; one that gives way returns only after at
 /// least two context switches; the microsecond keeps one unusually fast yield from making
-/// ordinary ones look long). A yield that a hypervisor stretched reads as having given way;
-/// the next seven waits that reach their yield and find it quick undo the lesson.
+/// ordinary ones look long). A yield that a hypervisor stretched reads as having given way:
+/// for a multi-producer waiter, the next seven waits that reach their yield and find it quick
+/// undo the lesson; for a single-producer one it counts only if the version moved right
+/// after it.
 fn yield_gave_way() -> bool {
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
     static FASTEST_NS: AtomicU64 = AtomicU64::new(u64::MAX);
@@ -771,8 +776,8 @@ pub struct SpEventCount {
     barriers: std::sync::atomic::AtomicU64,
     /// Sleeps that relied on fenced signals ([`SpEventCount::fenced_sleeps`]): a diagnostic.
     fenced: std::sync::atomic::AtomicU64,
-    /// After how many polls of the spin a waiter yields (see `wait_until`): a heuristic the
-    /// waiters learn, not part of the protocol (a std atomic even under loom).
+    /// After how many polls of the spin a waiter yields (see `wait_until`; 0: at every poll): a
+    /// heuristic the waiters learn, not part of the protocol (a std atomic even under loom).
     yield_at: std::sync::atomic::AtomicU32,
     /// Whether waiters spin in full or briefly (see `wait_until`), another learnt heuristic:
     /// the *trust*, `SP_SPIN_TRUST` after a spin that was answered, one less after each full
@@ -1137,8 +1142,9 @@ impl SpEventCount {
     /// stretched spins miss at the maximum `SP_STRETCH_MISSES` times in a row (a pipeline
     /// stage that wakes the next stage, then waits for a slow upstream) stops stretching, and
     /// tries again at every `SP_STRETCH_PROBE`-th chance. The stretch begins with a
-    /// `sched_yield`, for a partner that shares this CPU. Outside the protocol: the waiter then
-    /// waits as it would have.
+    /// `sched_yield`, for a partner that shares this CPU, and a waiter that has learnt to yield
+    /// at once (`yield_at` 0) yields at every poll, where a `pause` cannot bring the reply.
+    /// Outside the protocol: the waiter then waits as it would have.
     #[cfg(not(loom))]
     #[cold]
     fn stretched_spin(&self, old: u64, deadline: Option<Deadline>) -> Option<u64> {
@@ -1315,16 +1321,16 @@ impl SpEventCount {
         deadline: Option<Deadline>,
         mut pred: impl FnMut(&mut WaitState) -> Option<T>,
     ) -> Waited<T> {
-        // The spin yields once, after `yield_at` polls, which the waiters learn: when the
-        // version moves at the first poll after the yield, the producer ran on this CPU
-        // (oversubscribed, or both pinned to one CPU), and the polls before the yield only
-        // delayed it, so the next wait yields earlier (halving, down to yielding at once: a
-        // one-CPU hand-off is then two yields); when it moves at any other poll but the
-        // first, before the yield or well after it, the yield did not bring it, and the next
-        // wait yields later (up to `YIELD_AT`), unless it moved after one of the yields that
-        // a waiter yielding at once goes on making, and that one gave the CPU away (below).
-        // A heuristic: whatever it learns, the spin has the same number of polls and the
-        // protocol below follows.
+        // The spin pauses for `yield_at` polls, which the waiters learn, then yields: once,
+        // or, at `yield_at` 0, at every poll (for at most `SP_PROMPT`; see below). When the
+        // version moves at the first poll after the (first) yield, the producer ran on this
+        // CPU (oversubscribed, or both pinned to one CPU), and the polls before the yield
+        // only delayed it, so the next wait yields earlier (halving, down to yielding at
+        // once: a one-CPU hand-off is then two yields); also when, yielding at once, it moves
+        // right after a later yield that gave the CPU away. When it moves at any other poll,
+        // before the yield or well after it, the yield did not bring it, and the next wait
+        // yields later (up to `YIELD_AT`). A heuristic: whatever it learns, the protocol below
+        // follows.
         //
         // The flag is looked at here, so that a wait with nothing to stretch makes no call:
         // a one-CPU hand-off pays for every instruction of its wait.
@@ -1360,8 +1366,10 @@ impl SpEventCount {
             }
         }
         let polls = if full { SPIN_BEFORE_FLAG } else { 0 };
-        // Whether one of this spin's yields after the first gave the CPU away.
+        // Yielding at once: whether the last yield gave the CPU away, and when the second
+        // began.
         let mut gave_way = false;
+        let mut yielding_since = None;
         for i in 0..polls {
             let v = self.version.load(Acquire);
             if v != old {
@@ -1384,14 +1392,23 @@ impl SpEventCount {
                 // Yielding at once: the partner shares this CPU, where a `pause` cannot bring
                 // its reply and only keeps it from running. When the first yield did not bring
                 // it either (the scheduler ran this thread again first: a partner just woken
-                // may not be due yet), every poll yields, and an answer after a yield that
-                // gave the CPU away (timed, see `yield_gave_way`) keeps the lesson; yields
-                // that all return at once (the partner runs on another CPU, and is slow) teach
-                // to yield later, as pauses did. Pausing there put the lab's one-CPU ping-pong
-                // (`rings`, `pingpong1`) into a regime where the spin ran out and about one
-                // hand-off in twenty slept on the futex, a quarter slower, in about a third of
-                // the runs (the commit that made this has the figures).
-                gave_way |= yield_gave_way();
+                // may not be due yet), every poll yields, and an answer right after a yield
+                // that gave the CPU away (timed, see `yield_gave_way`) keeps the lesson; one
+                // after a yield that returned at once (the partner runs on another CPU, and is
+                // slow) teaches to yield later, as a pause did. Pausing there put the lab's
+                // one-CPU ping-pong (`rings`, `pingpong1`) into a regime where the spin ran
+                // out and about one hand-off in twenty slept on the futex, a quarter slower,
+                // in about a third of the runs (commit f105c34 has the figures). Each yield
+                // may give the CPU to another thread for a whole time slice, so these yields
+                // stop after `SP_PROMPT` or at the deadline, and the wait goes on below.
+                let now = Deadline::now();
+                let since = *yielding_since.get_or_insert(now);
+                if now.as_nanos().saturating_sub(since.as_nanos()) >= SP_PROMPT.as_nanos() as u64
+                    || deadline.is_some_and(|d| now >= d)
+                {
+                    break;
+                }
+                gave_way = yield_gave_way();
             } else {
                 spin_loop();
             }
