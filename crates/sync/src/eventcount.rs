@@ -140,7 +140,7 @@
 //! `SP_PROMPT` withdraws the request, and so does a trusting waiter that finds it standing.
 //! A thread whose signal has just woken a waiter *stretches* its next wait's spin through the
 //! time that waiter takes to wake up and reply (learnt per process; see
-//! `SpEventCount::stretched_spin`): without it two threads handing off to each other, once
+//! `stretched_spin`): without it two threads handing off to each other, once
 //! one of them slept, each found its partner asleep and slept in turn, and every hand-off
 //! paid a wake-up. The lab's `rings` experiment measures both sides of the trade: the idle
 //! consumer's CPU time, and ping-pong on two CPUs and on one, beside rtrb and the channels.
@@ -348,31 +348,123 @@ const SP_PROMPT: std::time::Duration = std::time::Duration::from_micros(250);
 #[cfg(loom)]
 const SP_PROMPT: std::time::Duration = std::time::Duration::ZERO;
 
-/// The longest *stretched* spin (see `SpEventCount::stretched_spin`), and the first one's
+/// The longest *stretched* spin (see `stretched_spin`), and the first one's
 /// length, before any reply time has been measured.
 #[cfg(not(loom))]
-const SP_STRETCH_MAX: std::time::Duration = std::time::Duration::from_micros(200);
+const STRETCH_MAX: std::time::Duration = std::time::Duration::from_micros(200);
 /// Stretched spins that missed in a row, after which a thread stops stretching (it probes again
-/// at every `SP_STRETCH_PROBE`-th chance).
+/// at every `STRETCH_PROBE`-th chance).
 #[cfg(not(loom))]
-const SP_STRETCH_MISSES: u32 = 3;
+const STRETCH_MISSES: u32 = 3;
 #[cfg(not(loom))]
-const SP_STRETCH_PROBE: u32 = 32;
+const STRETCH_PROBE: u32 = 32;
 
 /// How long the replies to a stretched spin take (ns; 0 until the first): how long after its
 /// start the version moved, up at once to a longer reply, down slowly (an eighth of the way)
 /// to a shorter one, and doubled by a stretch that missed. A property of the machine (the
 /// partner's wake-up latency, mostly), so one per process.
 #[cfg(not(loom))]
-static SP_REPLY_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static REPLY_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 #[cfg(not(loom))]
 thread_local! {
-    /// Set when this thread's signal woke a single-producer waiter; its next wait stretches
-    /// its spin (see `SpEventCount::stretched_spin`).
+    /// Set when this thread's signal woke a waiter (of either event count); its next wait
+    /// stretches its spin (see `stretched_spin`).
     static WOKE_A_WAITER: Cell<bool> = const { Cell::new(false) };
     /// Stretched spins of this thread that missed in a row, and the chances skipped since.
     static STRETCH_MISSED: Cell<(u32, u32)> = const { Cell::new((0, 0)) };
+}
+
+/// **Stretched spins.** A thread whose signal just woke a waiter (its `WOKE_A_WAITER`) and
+/// now waits itself is most likely waiting for that waiter's reply: a ping-pong, or a
+/// producer the consumer woke after a full ring. The reply cannot come before the waiter's
+/// wake-up and context switch (tens of microseconds in the guests measured: the lab's
+/// `eventcount` and `rings` wake sections), far past a normal spin (`SPIN_BEFORE_FLAG`
+/// polls, about a microsecond), so this thread would go to sleep as well, and the partner's
+/// reply would have to wake it in turn: each hand-off then pays a wake-up, and the pair never
+/// gets out of that regime, since neither is spinning when the other replies (the lab's
+/// `rings` ping-pong on two CPUs, against rtrb, shows it).
+/// Spinning once through the partner's wake-up breaks it: the reply finds this thread
+/// awake, and its next message finds the partner still spinning after its reply.
+///
+/// The stretch lasts twice the replies measured in this process (`REPLY_NS`: the
+/// machine's wake-up latency plus the partner's work; it follows a longer reply at once and
+/// a shorter one slowly), at most `STRETCH_MAX`, which is also the first stretch's
+/// length. A stretch that misses doubles the next (up to the maximum). A thread whose
+/// stretched spins miss at the maximum `STRETCH_MISSES` times in a row (a pipeline
+/// stage that wakes the next stage, then waits for a slow upstream) stops stretching, and
+/// tries again at every `STRETCH_PROBE`-th chance. The stretch begins with a
+/// `sched_yield`, for a partner that shares this CPU; a caller whose waiter has learnt that
+/// its partner shares its CPU (`share_cpu`) yields on every poll, where a `pause` cannot
+/// bring the reply. Outside the protocol: the waiter then waits as it would have. Both event
+/// counts stretch: a waiter of the multi-producer one (an `mpmc` channel's side) fell into
+/// the same regime (the commit that made this has the figures). `version` reads the count's
+/// version.
+#[cfg(not(loom))]
+#[cold]
+fn stretched_spin(
+    version: impl Fn() -> u64,
+    old: u64,
+    deadline: Option<Deadline>,
+    share_cpu: bool,
+) -> Option<u64> {
+    if !WOKE_A_WAITER.replace(false) {
+        return None;
+    }
+    let (missed, skipped) = STRETCH_MISSED.get();
+    if missed >= STRETCH_MISSES {
+        if skipped + 1 < STRETCH_PROBE {
+            STRETCH_MISSED.set((missed, skipped + 1));
+            return None;
+        }
+        STRETCH_MISSED.set((missed, 0));
+    }
+    let est = REPLY_NS.load(std::sync::atomic::Ordering::Relaxed);
+    let max = STRETCH_MAX.as_nanos() as u64;
+    let budget = if est == 0 { max } else { (2 * est).min(max) };
+    // A partner on this CPU (both pinned to one, or oversubscribed) cannot reply while
+    // this thread spins: let it run first (otherwise the call returns at once).
+    yield_now();
+    let start = Deadline::now();
+    let mut i = 0u32;
+    loop {
+        let v = version();
+        if v != old {
+            // Up at once to a longer reply, down slowly: the stretch must cover the
+            // slow replies (a partner asleep), not the mean of quick and slow ones.
+            let took = Deadline::now().as_nanos().saturating_sub(start.as_nanos());
+            let next = if est == 0 {
+                took
+            } else {
+                took.max((7 * est + took) / 8)
+            };
+            REPLY_NS.store(next.max(1), std::sync::atomic::Ordering::Relaxed);
+            STRETCH_MISSED.set((0, 0));
+            return Some(v);
+        }
+        i = i.wrapping_add(1);
+        if i % 64 == 0 || share_cpu {
+            let now = Deadline::now();
+            if now.as_nanos().saturating_sub(start.as_nanos()) >= budget
+                || deadline.is_some_and(|d| now >= d)
+            {
+                if budget < max {
+                    // Too short for this machine's replies, perhaps: the next is twice
+                    // as long (up to the maximum).
+                    REPLY_NS.store(budget, std::sync::atomic::Ordering::Relaxed);
+                } else {
+                    let (missed, _) = STRETCH_MISSED.get();
+                    STRETCH_MISSED.set((missed.saturating_add(1), 0));
+                }
+                return None;
+            }
+        }
+        if share_cpu {
+            yield_now();
+        } else {
+            spin_loop();
+        }
+    }
 }
 
 /// How long a single-producer waiter watches the version after announcing itself, for a
@@ -481,25 +573,34 @@ struct Core {
     /// atomic even under loom, where nothing spins). Beside `word`, which every wait reads
     /// anyway, and written only when it changes.
     yield_at: std::sync::atomic::AtomicU32,
+    /// Whether a signal that wakes this count's sleepers makes the signaller's next wait a
+    /// stretched spin (see `stretched_spin`): set for the channels' counts, where two threads
+    /// hand off to each other; not for counts where a wake-up is answered by I/O (the
+    /// write-ahead log's: its writers' throughput fell with stretched spins, which spun
+    /// through fsyncs on CPUs the other writers needed; the commit that made this has the
+    /// figures).
+    stretch: bool,
 }
 
 impl Core {
     /// A word at version 0 whose waiters first yield after poll `yield_at`.
     #[cfg(not(loom))]
-    const fn new(yield_at: u32) -> Core {
+    const fn new(yield_at: u32, stretch: bool) -> Core {
         Core {
             word: AtomicU64::new(0),
             parking: Parking::new(),
             yield_at: std::sync::atomic::AtomicU32::new(yield_at),
+            stretch,
         }
     }
 
     #[cfg(loom)]
-    fn new(yield_at: u32) -> Core {
+    fn new(yield_at: u32, stretch: bool) -> Core {
         Core {
             word: AtomicU64::new(0),
             parking: Parking::new(),
             yield_at: std::sync::atomic::AtomicU32::new(yield_at),
+            stretch,
         }
     }
 
@@ -527,6 +628,10 @@ impl Core {
     fn wake_sleepers(&self) {
         self.word.fetch_and(!FLAG, Release);
         self.parking.wake64_low(&self.word, u32::MAX);
+        #[cfg(not(loom))]
+        if self.stretch {
+            WOKE_A_WAITER.set(true);
+        }
     }
 
     // Under loom the spin constants are 0 (see their definitions).
@@ -562,6 +667,18 @@ impl Core {
         // other sees the receiver's signal as an answer from another CPU). Whatever the
         // lesson, the spin has the same length and the protocol below follows.
         let yield_at = self.yield_at.load(std::sync::atomic::Ordering::Relaxed);
+        // After waking a sleeper, a stretched spin (see `stretched_spin`).
+        #[cfg(not(loom))]
+        if self.stretch && WOKE_A_WAITER.get() {
+            if let Some(v) = stretched_spin(
+                || version(self.word.load(Acquire)),
+                old,
+                deadline,
+                yield_at == 0,
+            ) {
+                return Waited::Changed(v);
+            }
+        }
         for i in 0..SPIN_BEFORE_FLAG {
             let w = self.word.load(Acquire);
             if version(w) != old {
@@ -659,13 +776,17 @@ impl EventCount {
     /// A new event count at version 0.
     #[cfg(not(loom))]
     pub const fn new() -> EventCount {
-        EventCount { core: Core::new(0) }
+        EventCount {
+            core: Core::new(0, false),
+        }
     }
 
     /// A new event count at version 0.
     #[cfg(loom)]
     pub fn new() -> EventCount {
-        EventCount { core: Core::new(0) }
+        EventCount {
+            core: Core::new(0, false),
+        }
     }
 
     /// A new event count whose waiters spin to the middle of their spin before their first
@@ -674,7 +795,16 @@ impl EventCount {
     /// otherwise start each wait yielding after its first poll and forget what it learnt.
     pub(crate) fn spinning_first() -> EventCount {
         EventCount {
-            core: Core::new(YIELD_AT),
+            core: Core::new(YIELD_AT, false),
+        }
+    }
+
+    /// A new event count at version 0 whose signals, when they wake a sleeper, make the
+    /// signaller's next wait a stretched spin (see `stretched_spin`): for a channel's sides,
+    /// where the woken thread's reply is what the signaller waits for next.
+    pub(crate) fn stretching() -> EventCount {
+        EventCount {
+            core: Core::new(0, true),
         }
     }
 
@@ -1123,96 +1253,6 @@ impl SpEventCount {
         })
     }
 
-    /// **Stretched spins.** A thread whose signal just woke a waiter (its `WOKE_A_WAITER`) and
-    /// now waits itself is most likely waiting for that waiter's reply: a ping-pong, or a
-    /// producer the consumer woke after a full ring. The reply cannot come before the waiter's
-    /// wake-up and context switch (tens of microseconds in the guests measured: the lab's
-    /// `eventcount` and `rings` wake sections), far past a normal spin (`SPIN_BEFORE_FLAG`
-    /// polls, about a microsecond), so this thread would go to sleep as well, and the partner's
-    /// reply would have to wake it in turn: each hand-off then pays a wake-up, and the pair never
-    /// gets out of that regime, since neither is spinning when the other replies (the lab's
-    /// `rings` ping-pong on two CPUs, against rtrb, shows it).
-    /// Spinning once through the partner's wake-up breaks it: the reply finds this thread
-    /// awake, and its next message finds the partner still spinning after its reply.
-    ///
-    /// The stretch lasts twice the replies measured in this process (`SP_REPLY_NS`: the
-    /// machine's wake-up latency plus the partner's work; it follows a longer reply at once and
-    /// a shorter one slowly), at most `SP_STRETCH_MAX`, which is also the first stretch's
-    /// length. A stretch that misses doubles the next (up to the maximum). A thread whose
-    /// stretched spins miss at the maximum `SP_STRETCH_MISSES` times in a row (a pipeline
-    /// stage that wakes the next stage, then waits for a slow upstream) stops stretching, and
-    /// tries again at every `SP_STRETCH_PROBE`-th chance. The stretch begins with a
-    /// `sched_yield`, for a partner that shares this CPU, and a waiter that has learnt to yield
-    /// at once (`yield_at` 0) yields at every poll, where a `pause` cannot bring the reply.
-    /// Outside the protocol: the waiter then waits as it would have.
-    #[cfg(not(loom))]
-    #[cold]
-    fn stretched_spin(&self, old: u64, deadline: Option<Deadline>) -> Option<u64> {
-        if !WOKE_A_WAITER.replace(false) {
-            return None;
-        }
-        let (missed, skipped) = STRETCH_MISSED.get();
-        if missed >= SP_STRETCH_MISSES {
-            if skipped + 1 < SP_STRETCH_PROBE {
-                STRETCH_MISSED.set((missed, skipped + 1));
-                return None;
-            }
-            STRETCH_MISSED.set((missed, 0));
-        }
-        let est = SP_REPLY_NS.load(std::sync::atomic::Ordering::Relaxed);
-        let max = SP_STRETCH_MAX.as_nanos() as u64;
-        let budget = if est == 0 { max } else { (2 * est).min(max) };
-        // A partner on this CPU (both pinned to one, or oversubscribed) cannot reply while
-        // this thread spins: let it run first (otherwise the call returns at once).
-        yield_now();
-        // A waiter that yields at once (see `wait_until`) goes on yielding: on a shared CPU a
-        // `pause` cannot bring the reply.
-        let share_cpu = self.yield_at.load(std::sync::atomic::Ordering::Relaxed) == 0;
-        let start = Deadline::now();
-        let mut i = 0u32;
-        loop {
-            let v = self.version.load(Acquire);
-            if v != old {
-                // Up at once to a longer reply, down slowly: the stretch must cover the
-                // slow replies (a partner asleep), not the mean of quick and slow ones.
-                let took = Deadline::now().as_nanos().saturating_sub(start.as_nanos());
-                let next = if est == 0 {
-                    took
-                } else {
-                    took.max((7 * est + took) / 8)
-                };
-                SP_REPLY_NS.store(next.max(1), std::sync::atomic::Ordering::Relaxed);
-                STRETCH_MISSED.set((0, 0));
-                if self.spin.load(std::sync::atomic::Ordering::Relaxed) != SP_SPIN_TRUST {
-                    self.trust_spins();
-                }
-                return Some(v);
-            }
-            i = i.wrapping_add(1);
-            if i % 64 == 0 || share_cpu {
-                let now = Deadline::now();
-                if now.as_nanos().saturating_sub(start.as_nanos()) >= budget
-                    || deadline.is_some_and(|d| now >= d)
-                {
-                    if budget < max {
-                        // Too short for this machine's replies, perhaps: the next is twice
-                        // as long (up to the maximum).
-                        SP_REPLY_NS.store(budget, std::sync::atomic::Ordering::Relaxed);
-                    } else {
-                        let (missed, _) = STRETCH_MISSED.get();
-                        STRETCH_MISSED.set((missed.saturating_add(1), 0));
-                    }
-                    return None;
-                }
-            }
-            if share_cpu {
-                yield_now();
-            } else {
-                spin_loop();
-            }
-        }
-    }
-
     /// Settles now which barrier a sleeping waiter will issue, and issues it once. The first
     /// `membarrier` of a process registers it (`MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED`),
     /// which waits for an RCU grace period when the process already has threads: several
@@ -1334,13 +1374,18 @@ impl SpEventCount {
         //
         // The flag is looked at here, so that a wait with nothing to stretch makes no call:
         // a one-CPU hand-off pays for every instruction of its wait.
+        let yield_at = self.yield_at.load(std::sync::atomic::Ordering::Relaxed);
         #[cfg(not(loom))]
         if WOKE_A_WAITER.get() {
-            if let Some(v) = self.stretched_spin(old, deadline) {
+            if let Some(v) =
+                stretched_spin(|| self.version.load(Acquire), old, deadline, yield_at == 0)
+            {
+                if self.spin.load(std::sync::atomic::Ordering::Relaxed) != SP_SPIN_TRUST {
+                    self.trust_spins();
+                }
                 return Waited::Changed(v);
             }
         }
-        let yield_at = self.yield_at.load(std::sync::atomic::Ordering::Relaxed);
         let learn = |at: u32| {
             if at != yield_at {
                 self.yield_at

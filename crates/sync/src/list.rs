@@ -498,7 +498,7 @@ impl<T> Chan<T> {
                 tail_seen: AtomicU64::new(0),
                 hold: AtomicU32::new(0),
             }),
-            not_empty: CachePadded(EventCount::new()),
+            not_empty: CachePadded(EventCount::stretching()),
             recv_select: Observers::new(),
             recycler: CachePadded(Recycler::new()),
             senders: AtomicUsize::new(1),

@@ -267,8 +267,8 @@ pub fn channel<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
     let chan = Arc::new(Chan {
         tail: CachePadded(Index::new()),
         head: CachePadded(Index::new()),
-        not_empty: CachePadded(EventCount::new()),
-        not_full: CachePadded(EventCount::new()),
+        not_empty: CachePadded(EventCount::stretching()),
+        not_full: CachePadded(EventCount::stretching()),
         recv_select: CachePadded(Observers::new()),
         send_select: CachePadded(Observers::new()),
         slots,
