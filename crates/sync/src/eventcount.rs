@@ -397,9 +397,9 @@ thread_local! {
 /// `sched_yield`, for a partner that shares this CPU; a caller whose waiter has learnt that
 /// its partner shares its CPU (`share_cpu`) yields on every poll, where a `pause` cannot
 /// bring the reply. Outside the protocol: the waiter then waits as it would have. Both event
-/// counts stretch: a waiter of the multi-producer one (an `mpmc` channel's side) fell into
-/// the same regime (the commit that made this has the figures). `version` reads the count's
-/// version.
+/// counts stretch, the multi-producer one where it was made with `EventCount::stretching`
+/// (the channels' sides, which fell into the same regime; commit a3cb96a has the figures).
+/// `version` reads the count's version.
 #[cfg(not(loom))]
 #[cold]
 fn stretched_spin(
