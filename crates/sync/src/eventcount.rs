@@ -138,7 +138,8 @@
 //! not, they turn short at once. The same learnt state decides fenced signals (fact 4):
 //! waiters whose spins go unanswered ask for them; a wait answered during its spin or within
 //! `SP_PROMPT` withdraws the request, and so does a trusting waiter that finds it standing.
-//! A thread whose signal has just woken a waiter *stretches* its next wait's spin through the
+//! A thread whose signal has just woken a waiter (here, or on a multi-producer count made with
+//! `EventCount::stretching`: the channels') *stretches* its next wait's spin through the
 //! time that waiter takes to wake up and reply (learnt per process; see
 //! `stretched_spin`): without it two threads handing off to each other, once
 //! one of them slept, each found its partner asleep and slept in turn, and every hand-off
@@ -368,7 +369,8 @@ static REPLY_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 
 #[cfg(not(loom))]
 thread_local! {
-    /// Set when this thread's signal woke a waiter (of either event count); its next wait
+    /// Set when this thread's signal woke a waiter of a single-producer count, or of a
+    /// multi-producer count made with `EventCount::stretching`; its next wait on such a count
     /// stretches its spin (see `stretched_spin`).
     static WOKE_A_WAITER: Cell<bool> = const { Cell::new(false) };
     /// Stretched spins of this thread that missed in a row, and the chances skipped since.
@@ -394,9 +396,12 @@ thread_local! {
 /// stretched spins miss at the maximum `STRETCH_MISSES` times in a row (a pipeline
 /// stage that wakes the next stage, then waits for a slow upstream) stops stretching, and
 /// tries again at every `STRETCH_PROBE`-th chance. The stretch begins with a
-/// `sched_yield`, for a partner that shares this CPU; a caller whose waiter has learnt that
-/// its partner shares its CPU (`share_cpu`) yields on every poll, where a `pause` cannot
-/// bring the reply. Outside the protocol: the waiter then waits as it would have. Both event
+/// `sched_yield`, for a partner that shares this CPU; with `share_cpu` it yields on every
+/// poll, where a `pause` cannot bring the reply: a single-producer waiter passes what it has
+/// learnt (`yield_at` 0: its partner shares its CPU), a multi-producer one its `yield_at` 0,
+/// which means its yields gave the CPU away, or that none has been timed yet (a new
+/// channel): a stretch that yields where pauses would do is late by one system call at
+/// most, in a wait that covers a wake-up of tens of microseconds. Outside the protocol: the waiter then waits as it would have. Both event
 /// counts stretch, the multi-producer one where it was made with `EventCount::stretching`
 /// (the channels' sides, which fell into the same regime; commit a3cb96a has the figures).
 /// `version` reads the count's version.
@@ -445,9 +450,11 @@ fn stretched_spin(
         i = i.wrapping_add(1);
         if i % 64 == 0 || share_cpu {
             let now = Deadline::now();
-            if now.as_nanos().saturating_sub(start.as_nanos()) >= budget
-                || deadline.is_some_and(|d| now >= d)
-            {
+            if deadline.is_some_and(|d| now >= d) {
+                // The caller's deadline, not the partner's silence: no lesson.
+                return None;
+            }
+            if now.as_nanos().saturating_sub(start.as_nanos()) >= budget {
                 if budget < max {
                     // Too short for this machine's replies, perhaps: the next is twice
                     // as long (up to the maximum).
@@ -577,8 +584,9 @@ struct Core {
     /// stretched spin (see `stretched_spin`): set for the channels' counts, where two threads
     /// hand off to each other; not for counts where a wake-up is answered by I/O (the
     /// write-ahead log's: its writers' throughput fell with stretched spins, which spun
-    /// through fsyncs on CPUs the other writers needed; the commit that made this has the
-    /// figures).
+    /// through fsyncs on CPUs the other writers needed; commit a3cb96a has the figures).
+    /// Read only outside loom, where nothing spins.
+    #[cfg_attr(loom, allow(dead_code))]
     stretch: bool,
 }
 

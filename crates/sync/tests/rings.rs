@@ -240,7 +240,7 @@ fn spsc_ring_stress_order_no_loss_no_lost_wakeup() {
 
 /// Pairs of threads hand a token back and forth through two one-slot rings, 3 threads per
 /// CPU: each waits right after its push has (often) woken its partner, the case the
-/// single-producer event count's *stretched spin* is for (`SpEventCount::stretched_spin`), and
+/// single-producer event count's *stretched spin* is for (`stretched_spin` in `eventcount.rs`), and
 /// with oversubscription the partner often shares the waiter's CPU. Counts a reply that is not
 /// the token sent, and stalls (a blocking call that times out: a lost wake-up, see the file's
 /// documentation).
