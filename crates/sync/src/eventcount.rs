@@ -268,13 +268,13 @@ use crate::time::Deadline;
 const SPIN_BEFORE_FLAG: u32 = 128;
 /// Halfway through that spin the waiter calls `sched_yield` once (a single-producer waiter
 /// that has learnt to yield at once yields at every poll: see `SpEventCount::wait_until`): if
-/// the thread it waits for
-/// shares its CPU (oversubscription, or both pinned to one CPU), the yield lets it run now
-/// instead of after the waiter has gone through the futex (the lab's one-CPU ping-pong in
-/// `rings`); otherwise it costs one system call that returns at once. This is where the
-/// single-producer event count's waiters start; they learn to yield earlier when the yield is
-/// what brought the version (`SpEventCount::wait_until`). The multi-producer one's waiters
-/// learn it from how long their yields take, up to this (`Core::wait`).
+/// the thread it waits for shares its CPU (oversubscription, or both pinned to one CPU), the
+/// yield lets it run now instead of after the waiter has gone through the futex (the lab's
+/// one-CPU ping-pong in `rings`); otherwise it costs one system call that returns at once.
+/// This is where the single-producer event count's waiters start; they learn to yield earlier
+/// when the yield is what brought the version (`SpEventCount::wait_until`). The
+/// multi-producer one's waiters learn it from how long their yields take, up to this
+/// (`Core::wait`).
 #[cfg(not(loom))]
 const YIELD_AT: u32 = SPIN_BEFORE_FLAG / 2;
 #[cfg(loom)]
@@ -401,10 +401,10 @@ thread_local! {
 /// learnt (`yield_at` 0: its partner shares its CPU), a multi-producer one its `yield_at` 0,
 /// which means its yields gave the CPU away, or that none has been timed yet (a new
 /// channel): a stretch that yields where pauses would do is late by one system call at
-/// most, in a wait that covers a wake-up of tens of microseconds. Outside the protocol: the waiter then waits as it would have. Both event
-/// counts stretch, the multi-producer one where it was made with `EventCount::stretching`
-/// (the channels' sides, which fell into the same regime; commit a3cb96a has the figures).
-/// `version` reads the count's version.
+/// most, in a wait that covers a wake-up of tens of microseconds. Outside the protocol: the
+/// waiter then waits as it would have. Both event counts stretch, the multi-producer one
+/// where it was made with `EventCount::stretching` (the channels' sides, which fell into the
+/// same regime; commit a3cb96a has the figures). `version` reads the count's version.
 #[cfg(not(loom))]
 #[cold]
 fn stretched_spin(

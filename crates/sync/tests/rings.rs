@@ -1,5 +1,6 @@
 //! Stress tests of the SPSC ring and the MPMC channel under oversubscription (3 threads per
-//! CPU for the rings, 4 per CPU for the channel), counting what must never happen:
+//! CPU for the rings and the ping-pongs, 4 per CPU for the channel's streams), counting what
+//! must never happen:
 //!
 //! - **order** (SPSC): the consumer sees 0, 1, 2, … from its producer; (MPMC) each receiver
 //!   sees each sender's values in increasing order;
@@ -334,6 +335,106 @@ fn spsc_ping_pong_stress_no_lost_wakeup() {
     let done = round_trips.load(Relaxed);
     eprintln!(
         "spsc ping-pong: {pairs} pairs made {done} round trips in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        tally.out_of_order.load(Relaxed),
+        0,
+        "a reply was not the token sent"
+    );
+    assert_eq!(tally.stalls.load(Relaxed), 0, "stalls (lost wake-ups)");
+    assert_eq!(
+        tally.early_disconnects.load(Relaxed),
+        0,
+        "early disconnects"
+    );
+    assert!(done > 0);
+}
+
+/// The same hand-off through the MPMC channel: pings through a one-slot bounded channel, pongs
+/// through an unbounded one, 3 threads per CPU. Both sides' event counts stretch the
+/// signaller's next spin after a wake (`EventCount::stretching`), and the pinger's receives
+/// and sends carry deadlines, which end a stretch early. Counts what the SPSC test counts.
+#[test]
+fn mpmc_ping_pong_stress_no_lost_wakeup() {
+    let _alone = mpmc_alone();
+    let pairs = (common::per_cpu(3, 6) / 2).max(3);
+    let budget = AtomicU64::new(messages() / 100);
+    let started = Instant::now();
+    let tally = Tally::default();
+    let heartbeat = common::heartbeat();
+    let round_trips = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for p in 0..pairs {
+            let (ping_tx, ping_rx) = mpmc::channel::<u64>(1);
+            let (pong_tx, pong_rx) = mpmc::unbounded::<u64>();
+            let (tally, budget, round_trips) = (&tally, &budget, &round_trips);
+            s.spawn(move || {
+                let (mut token, mut end) = (0u64, 0u64);
+                'run: loop {
+                    if token == end {
+                        match claim(budget, started) {
+                            0 => break,
+                            k => end += k,
+                        }
+                    }
+                    loop {
+                        let t0 = Instant::now();
+                        match ping_tx.send_timeout(token, PATIENCE) {
+                            Ok(()) => break,
+                            Err(mpmc::SendTimeoutError::Timeout(_)) => {
+                                tally.stall(heartbeat, &format!("pinger {p} for space"), t0, 0)
+                            }
+                            Err(mpmc::SendTimeoutError::Disconnected(_)) => {
+                                tally.early_disconnects.fetch_add(1, Relaxed);
+                                break 'run;
+                            }
+                        }
+                    }
+                    loop {
+                        let t0 = Instant::now();
+                        match pong_rx.recv_timeout(PATIENCE) {
+                            Ok(v) => {
+                                if v != token {
+                                    tally.out_of_order.fetch_add(1, Relaxed);
+                                }
+                                break;
+                            }
+                            Err(mpmc::RecvTimeoutError::Timeout) => {
+                                let what = format!("pinger {p} for the reply to {token}");
+                                tally.stall(heartbeat, &what, t0, 0);
+                            }
+                            Err(mpmc::RecvTimeoutError::Disconnected) => {
+                                tally.early_disconnects.fetch_add(1, Relaxed);
+                                break 'run;
+                            }
+                        }
+                    }
+                    token += 1;
+                }
+                round_trips.fetch_add(token, Relaxed);
+                // Dropping ping_tx disconnects: the echo ends.
+            });
+            s.spawn(move || loop {
+                let t0 = Instant::now();
+                match ping_rx.recv_timeout(PATIENCE) {
+                    Ok(v) => {
+                        // Unbounded: a send fails only when the pinger is gone.
+                        if pong_tx.send(v).is_err() {
+                            break;
+                        }
+                    }
+                    Err(mpmc::RecvTimeoutError::Disconnected) => break,
+                    Err(mpmc::RecvTimeoutError::Timeout) => {
+                        tally.stall(heartbeat, &format!("echo {p} for a token"), t0, 0)
+                    }
+                }
+            });
+        }
+    });
+    let done = round_trips.load(Relaxed);
+    eprintln!(
+        "mpmc ping-pong: {pairs} pairs made {done} round trips in {:.1} s",
         started.elapsed().as_secs_f64()
     );
     assert_eq!(
