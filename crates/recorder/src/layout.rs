@@ -422,10 +422,9 @@ impl View {
 
     /// The writer's handle on ring `i`.
     pub(crate) fn writer(&self, i: usize) -> RingWriter {
-        let r = self.ring_at(i);
+        const { assert!(R_HEAD + 8 <= RING_HEADER) };
         RingWriter {
-            head: self.u64_at(r + R_HEAD),
-            slots: self.u64_at(r + RING_HEADER),
+            slots: std::ptr::NonNull::from(self.u64_at(self.ring_at(i) + RING_HEADER)),
         }
     }
 
@@ -470,11 +469,14 @@ pub(crate) struct SiteText {
     pub(crate) fmt: std::ops::Range<usize>,
 }
 
-/// One thread's ring, as its writer sees it: the published head and the slots.
+/// One thread's ring, as its writer sees it: its first slot, with the head in the ring's
+/// header before it. One non-null word, so that `Option<RingWriter>` is one word too: the
+/// record path reads it from thread-local storage and tests it at every record, and then
+/// reaches the head and the slot's words at small offsets (one-byte displacements, shorter
+/// instructions) from it.
 #[derive(Clone, Copy)]
 pub(crate) struct RingWriter {
-    head: *const AtomicU64,
-    slots: *const AtomicU64,
+    slots: std::ptr::NonNull<AtomicU64>,
 }
 
 impl RingWriter {
@@ -487,12 +489,13 @@ impl RingWriter {
     pub(crate) unsafe fn push(&self, mask: u64, words: [u64; 8]) {
         // SAFETY: the caller's contract; head and slots lie inside the mapping.
         unsafe {
-            let head = &*self.head;
+            let slots = self.slots.as_ptr();
+            let head = &*slots.sub((RING_HEADER - R_HEAD) / 8);
             let h = head.load(Relaxed);
             // Orders the previous head store before this slot's stores, for a reader that
             // sees one of them and then re-reads the head (free on x86-64).
             std::sync::atomic::fence(Release);
-            let slot = self.slots.add(((h & mask) as usize) * (SLOT / 8));
+            let slot = slots.add(((h & mask) as usize) * (SLOT / 8));
             let mut words = words;
             words[2] = h;
             for (k, w) in words.iter().enumerate() {
