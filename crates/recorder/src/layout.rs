@@ -422,9 +422,19 @@ impl View {
 
     /// The writer's handle on ring `i`.
     pub(crate) fn writer(&self, i: usize) -> RingWriter {
-        const { assert!(R_HEAD + 8 <= RING_HEADER) };
+        const { assert!(R_HEAD + 8 <= RING_HEADER && (RING_HEADER - R_HEAD) % 8 == 0) };
+        let r = self.ring_at(i);
+        assert!(
+            r + self.geometry.ring_stride() <= self.len,
+            "ring {i} outside the recording"
+        );
+        // SAFETY: the ring (header and slots) lies inside the mapping (checked above), whose
+        // base is page-aligned and never null. The pointer is derived from the mapping's base,
+        // not from a reference to one word, so that it may reach the head before it and every
+        // slot after it.
+        let slots = unsafe { std::ptr::NonNull::new_unchecked(self.base.add(r + RING_HEADER)) };
         RingWriter {
-            slots: std::ptr::NonNull::from(self.u64_at(self.ring_at(i) + RING_HEADER)),
+            slots: slots.cast(),
         }
     }
 
@@ -475,9 +485,12 @@ pub(crate) struct SiteText {
 /// reaches the head and the slot's words at small offsets (one-byte displacements, shorter
 /// instructions) from it.
 #[derive(Clone, Copy)]
+#[repr(transparent)]
 pub(crate) struct RingWriter {
     slots: std::ptr::NonNull<AtomicU64>,
 }
+
+const _: () = assert!(std::mem::size_of::<Option<RingWriter>>() == std::mem::size_of::<usize>());
 
 impl RingWriter {
     /// Appends one record: the slot's eight words, then the head (Release).
@@ -487,7 +500,8 @@ impl RingWriter {
     /// slot count minus one.
     #[inline(always)]
     pub(crate) unsafe fn push(&self, mask: u64, words: [u64; 8]) {
-        // SAFETY: the caller's contract; head and slots lie inside the mapping.
+        // SAFETY: the caller's contract; the head (`RING_HEADER - R_HEAD` bytes before the
+        // first slot) and the slots lie inside the mapping (see `View::writer`).
         unsafe {
             let slots = self.slots.as_ptr();
             let head = &*slots.sub((RING_HEADER - R_HEAD) / 8);
