@@ -239,6 +239,145 @@ fn spsc_ring_stress_order_no_loss_no_lost_wakeup() {
     assert!(sent > 0);
 }
 
+/// One timed call of a ping-pong side: its value, a timeout, or the other side gone.
+enum Try<T> {
+    Got(T),
+    TimedOut,
+    Gone,
+}
+
+/// The shared state of a ping-pong stress test's pairs.
+struct PingPong {
+    pairs: usize,
+    budget: AtomicU64,
+    started: Instant,
+    tally: Tally,
+    round_trips: AtomicU64,
+}
+
+impl PingPong {
+    /// Pairs for 3 threads per CPU (at least 3), and a hundredth of the stress budget.
+    fn new() -> PingPong {
+        PingPong {
+            pairs: (common::per_cpu(3, 6) / 2).max(3),
+            budget: AtomicU64::new(messages() / 100),
+            started: Instant::now(),
+            tally: Tally::default(),
+            round_trips: AtomicU64::new(0),
+        }
+    }
+
+    /// Pinger `p`: sends tokens 0, 1, … while the budget lasts, each followed by waiting for
+    /// its echo; counts a reply that is not the token sent, stalls and early disconnects.
+    /// Returning drops the caller's sending end, which ends the echo.
+    fn pinger(
+        &self,
+        p: usize,
+        mut send: impl FnMut(u64) -> Try<()>,
+        mut recv: impl FnMut() -> Try<u64>,
+    ) {
+        let (tally, heartbeat) = (&self.tally, common::heartbeat());
+        let (mut token, mut end) = (0u64, 0u64);
+        'run: loop {
+            if token == end {
+                match claim(&self.budget, self.started) {
+                    0 => break,
+                    k => end += k,
+                }
+            }
+            loop {
+                let t0 = Instant::now();
+                match send(token) {
+                    Try::Got(()) => break,
+                    Try::TimedOut => {
+                        tally.stall(heartbeat, &format!("pinger {p} for space"), t0, 0)
+                    }
+                    Try::Gone => {
+                        tally.early_disconnects.fetch_add(1, Relaxed);
+                        break 'run;
+                    }
+                }
+            }
+            loop {
+                let t0 = Instant::now();
+                match recv() {
+                    Try::Got(v) => {
+                        if v != token {
+                            tally.out_of_order.fetch_add(1, Relaxed);
+                        }
+                        break;
+                    }
+                    Try::TimedOut => {
+                        let what = format!("pinger {p} for the reply to {token}");
+                        tally.stall(heartbeat, &what, t0, 0);
+                    }
+                    Try::Gone => {
+                        tally.early_disconnects.fetch_add(1, Relaxed);
+                        break 'run;
+                    }
+                }
+            }
+            token += 1;
+        }
+        self.round_trips.fetch_add(token, Relaxed);
+    }
+
+    /// Echo `p`: receives tokens and sends each back until the pinger disconnects; a
+    /// timeout counts as a stall (`send` returning `TimedOut` ends the echo too).
+    fn echo(
+        &self,
+        p: usize,
+        mut recv: impl FnMut() -> Try<u64>,
+        mut send: impl FnMut(u64) -> Try<()>,
+    ) {
+        let (tally, heartbeat) = (&self.tally, common::heartbeat());
+        loop {
+            let t0 = Instant::now();
+            let v = match recv() {
+                Try::Got(v) => v,
+                Try::Gone => break,
+                Try::TimedOut => {
+                    tally.stall(heartbeat, &format!("echo {p} for a token"), t0, 0);
+                    continue;
+                }
+            };
+            let t0 = Instant::now();
+            match send(v) {
+                Try::Got(()) => {}
+                // The pinger is gone (its disconnect is counted there).
+                Try::Gone => break,
+                Try::TimedOut => {
+                    tally.stall(heartbeat, &format!("echo {p} for space"), t0, 0);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Prints the round trips made and asserts that nothing that must never happen did.
+    fn check(&self, what: &str) {
+        let done = self.round_trips.load(Relaxed);
+        eprintln!(
+            "{what} ping-pong: {} pairs made {done} round trips in {:.1} s",
+            self.pairs,
+            self.started.elapsed().as_secs_f64()
+        );
+        let tally = &self.tally;
+        assert_eq!(
+            tally.out_of_order.load(Relaxed),
+            0,
+            "a reply was not the token sent"
+        );
+        assert_eq!(tally.stalls.load(Relaxed), 0, "stalls (lost wake-ups)");
+        assert_eq!(
+            tally.early_disconnects.load(Relaxed),
+            0,
+            "early disconnects"
+        );
+        assert!(done > 0);
+    }
+}
+
 /// Pairs of threads hand a token back and forth through two one-slot rings, 3 threads per
 /// CPU: each waits right after its push has (often) woken its partner, the case the
 /// single-producer event count's *stretched spin* is for (`stretched_spin` in `eventcount.rs`), and
@@ -247,108 +386,46 @@ fn spsc_ring_stress_order_no_loss_no_lost_wakeup() {
 /// documentation).
 #[test]
 fn spsc_ping_pong_stress_no_lost_wakeup() {
-    let pairs = (common::per_cpu(3, 6) / 2).max(3);
-    let budget = AtomicU64::new(messages() / 100);
-    let started = Instant::now();
-    let tally = Tally::default();
-    let heartbeat = common::heartbeat();
-    let round_trips = AtomicU64::new(0);
+    let pp = PingPong::new();
     std::thread::scope(|s| {
-        for p in 0..pairs {
+        for p in 0..pp.pairs {
             let (mut ping_tx, mut ping_rx) = spsc::ring::<u64>(1);
             let (mut pong_tx, mut pong_rx) = spsc::ring::<u64>(1);
-            let (tally, budget, round_trips) = (&tally, &budget, &round_trips);
+            let pp = &pp;
             s.spawn(move || {
-                let mut token = 0u64;
-                let mut end = 0u64;
-                'run: loop {
-                    if token == end {
-                        match claim(budget, started) {
-                            0 => break,
-                            k => end += k,
-                        }
-                    }
-                    loop {
-                        let t0 = Instant::now();
-                        let Err(e) = ping_tx.push_timeout(token, PATIENCE) else {
-                            break;
-                        };
-                        match e {
-                            spsc::PushTimeoutError::Timeout(_) => {
-                                let what = format!("pinger {p} for space");
-                                tally.stall(heartbeat, &what, t0, 0);
-                            }
-                            spsc::PushTimeoutError::Disconnected(_) => {
-                                tally.early_disconnects.fetch_add(1, Relaxed);
-                                break 'run;
-                            }
-                        }
-                    }
-                    loop {
-                        let t0 = Instant::now();
-                        match pong_rx.pop_timeout(PATIENCE) {
-                            Ok(v) => {
-                                if v != token {
-                                    tally.out_of_order.fetch_add(1, Relaxed);
-                                }
-                                break;
-                            }
-                            Err(spsc::PopTimeoutError::Timeout) => {
-                                let what = format!("pinger {p} for the reply to {token}");
-                                tally.stall(heartbeat, &what, t0, 0);
-                            }
-                            Err(spsc::PopTimeoutError::Disconnected) => {
-                                tally.early_disconnects.fetch_add(1, Relaxed);
-                                break 'run;
-                            }
-                        }
-                    }
-                    token += 1;
-                }
-                round_trips.fetch_add(token, Relaxed);
-                // Dropping ping_tx disconnects: the echo ends.
+                pp.pinger(
+                    p,
+                    |v| match ping_tx.push_timeout(v, PATIENCE) {
+                        Ok(()) => Try::Got(()),
+                        Err(spsc::PushTimeoutError::Timeout(_)) => Try::TimedOut,
+                        Err(spsc::PushTimeoutError::Disconnected(_)) => Try::Gone,
+                    },
+                    || match pong_rx.pop_timeout(PATIENCE) {
+                        Ok(v) => Try::Got(v),
+                        Err(spsc::PopTimeoutError::Timeout) => Try::TimedOut,
+                        Err(spsc::PopTimeoutError::Disconnected) => Try::Gone,
+                    },
+                )
             });
-            s.spawn(move || loop {
-                let t0 = Instant::now();
-                let v = match ping_rx.pop_timeout(PATIENCE) {
-                    Ok(v) => v,
-                    Err(spsc::PopTimeoutError::Disconnected) => break,
-                    Err(spsc::PopTimeoutError::Timeout) => {
-                        let what = format!("echo {p} for a token");
-                        tally.stall(heartbeat, &what, t0, 0);
-                        continue;
-                    }
-                };
-                let t0 = Instant::now();
-                if pong_tx.push_timeout(v, PATIENCE).is_err() {
-                    // The pinger is gone (its disconnect is counted there) or the slot stayed
-                    // full for the whole patience.
-                    if !pong_tx.is_abandoned() {
-                        let what = format!("echo {p} for space");
-                        tally.stall(heartbeat, &what, t0, 0);
-                    }
-                    break;
-                }
+            s.spawn(move || {
+                pp.echo(
+                    p,
+                    || match ping_rx.pop_timeout(PATIENCE) {
+                        Ok(v) => Try::Got(v),
+                        Err(spsc::PopTimeoutError::Timeout) => Try::TimedOut,
+                        Err(spsc::PopTimeoutError::Disconnected) => Try::Gone,
+                    },
+                    // A push that fails on a ring whose consumer is gone: the pinger ended.
+                    |v| match pong_tx.push_timeout(v, PATIENCE) {
+                        Ok(()) => Try::Got(()),
+                        Err(_) if pong_tx.is_abandoned() => Try::Gone,
+                        Err(_) => Try::TimedOut,
+                    },
+                )
             });
         }
     });
-    let done = round_trips.load(Relaxed);
-    eprintln!(
-        "spsc ping-pong: {pairs} pairs made {done} round trips in {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    assert_eq!(
-        tally.out_of_order.load(Relaxed),
-        0,
-        "a reply was not the token sent"
-    );
-    assert_eq!(tally.stalls.load(Relaxed), 0, "stalls (lost wake-ups)");
-    assert_eq!(
-        tally.early_disconnects.load(Relaxed),
-        0,
-        "early disconnects"
-    );
-    assert!(done > 0);
+    pp.check("spsc");
 }
 
 /// The same hand-off through the MPMC channel: pings through a one-slot bounded channel, pongs
@@ -358,97 +435,45 @@ fn spsc_ping_pong_stress_no_lost_wakeup() {
 #[test]
 fn mpmc_ping_pong_stress_no_lost_wakeup() {
     let _alone = mpmc_alone();
-    let pairs = (common::per_cpu(3, 6) / 2).max(3);
-    let budget = AtomicU64::new(messages() / 100);
-    let started = Instant::now();
-    let tally = Tally::default();
-    let heartbeat = common::heartbeat();
-    let round_trips = AtomicU64::new(0);
+    let pp = PingPong::new();
     std::thread::scope(|s| {
-        for p in 0..pairs {
+        for p in 0..pp.pairs {
             let (ping_tx, ping_rx) = mpmc::channel::<u64>(1);
             let (pong_tx, pong_rx) = mpmc::unbounded::<u64>();
-            let (tally, budget, round_trips) = (&tally, &budget, &round_trips);
+            let pp = &pp;
             s.spawn(move || {
-                let (mut token, mut end) = (0u64, 0u64);
-                'run: loop {
-                    if token == end {
-                        match claim(budget, started) {
-                            0 => break,
-                            k => end += k,
-                        }
-                    }
-                    loop {
-                        let t0 = Instant::now();
-                        match ping_tx.send_timeout(token, PATIENCE) {
-                            Ok(()) => break,
-                            Err(mpmc::SendTimeoutError::Timeout(_)) => {
-                                tally.stall(heartbeat, &format!("pinger {p} for space"), t0, 0)
-                            }
-                            Err(mpmc::SendTimeoutError::Disconnected(_)) => {
-                                tally.early_disconnects.fetch_add(1, Relaxed);
-                                break 'run;
-                            }
-                        }
-                    }
-                    loop {
-                        let t0 = Instant::now();
-                        match pong_rx.recv_timeout(PATIENCE) {
-                            Ok(v) => {
-                                if v != token {
-                                    tally.out_of_order.fetch_add(1, Relaxed);
-                                }
-                                break;
-                            }
-                            Err(mpmc::RecvTimeoutError::Timeout) => {
-                                let what = format!("pinger {p} for the reply to {token}");
-                                tally.stall(heartbeat, &what, t0, 0);
-                            }
-                            Err(mpmc::RecvTimeoutError::Disconnected) => {
-                                tally.early_disconnects.fetch_add(1, Relaxed);
-                                break 'run;
-                            }
-                        }
-                    }
-                    token += 1;
-                }
-                round_trips.fetch_add(token, Relaxed);
-                // Dropping ping_tx disconnects: the echo ends.
+                pp.pinger(
+                    p,
+                    |v| match ping_tx.send_timeout(v, PATIENCE) {
+                        Ok(()) => Try::Got(()),
+                        Err(mpmc::SendTimeoutError::Timeout(_)) => Try::TimedOut,
+                        Err(mpmc::SendTimeoutError::Disconnected(_)) => Try::Gone,
+                    },
+                    || match pong_rx.recv_timeout(PATIENCE) {
+                        Ok(v) => Try::Got(v),
+                        Err(mpmc::RecvTimeoutError::Timeout) => Try::TimedOut,
+                        Err(mpmc::RecvTimeoutError::Disconnected) => Try::Gone,
+                    },
+                )
             });
-            s.spawn(move || loop {
-                let t0 = Instant::now();
-                match ping_rx.recv_timeout(PATIENCE) {
-                    Ok(v) => {
-                        // Unbounded: a send fails only when the pinger is gone.
-                        if pong_tx.send(v).is_err() {
-                            break;
-                        }
-                    }
-                    Err(mpmc::RecvTimeoutError::Disconnected) => break,
-                    Err(mpmc::RecvTimeoutError::Timeout) => {
-                        tally.stall(heartbeat, &format!("echo {p} for a token"), t0, 0)
-                    }
-                }
+            s.spawn(move || {
+                pp.echo(
+                    p,
+                    || match ping_rx.recv_timeout(PATIENCE) {
+                        Ok(v) => Try::Got(v),
+                        Err(mpmc::RecvTimeoutError::Timeout) => Try::TimedOut,
+                        Err(mpmc::RecvTimeoutError::Disconnected) => Try::Gone,
+                    },
+                    // Unbounded: a send fails only when the pinger is gone.
+                    |v| match pong_tx.send(v) {
+                        Ok(()) => Try::Got(()),
+                        Err(_) => Try::Gone,
+                    },
+                )
             });
         }
     });
-    let done = round_trips.load(Relaxed);
-    eprintln!(
-        "mpmc ping-pong: {pairs} pairs made {done} round trips in {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    assert_eq!(
-        tally.out_of_order.load(Relaxed),
-        0,
-        "a reply was not the token sent"
-    );
-    assert_eq!(tally.stalls.load(Relaxed), 0, "stalls (lost wake-ups)");
-    assert_eq!(
-        tally.early_disconnects.load(Relaxed),
-        0,
-        "early disconnects"
-    );
-    assert!(done > 0);
+    pp.check("mpmc");
 }
 
 #[test]
