@@ -1077,31 +1077,44 @@ fn claims(plan: &mut Plan<'_>, sections: &[String]) {
     );
 }
 
-/// Where `alloc-no-slow-calls` did not hold and every peer's calls, too, are slow more than
-/// 1.5 × as often as the floor's empty timed section (medians of `random-1`'s `slow`), the
-/// claim says so with the figures: the slow calls are then not spindle-alloc's alone. Where
-/// a virtual machine's host takes the CPU for tens of microseconds at a time (the full profile
-/// on a 2-vCPU guest), those stalls land in every allocator's calls, with no page fault in
-/// them, more often per timed cycle than in an empty timed section, or one that spins, loads
-/// or stores for as long: the commit that added this note has the figures, and why they do,
-/// we do not know. The claim keeps its bound and verdict.
+/// Where `alloc-no-slow-calls` did not hold, every peer's calls, too, are slow more than
+/// 1.5 × as often per timed cycle as the floor's empty timed section, and spindle-alloc's no
+/// more often than the slowest peer's (ratios of `random-1`'s `slow` medians), the claim says
+/// so with the figures: the slow calls are then not spindle-alloc's alone. On the 2-vCPU Intel
+/// Xeon guest's full profile they were stalls of 20–280 µs with no page fault in them, which
+/// landed in spindle-alloc's and mimalloc's calls (the two probed) about twice as often per
+/// timed cycle as in an empty timed section, or in one that spins, loads or stores a word:
+/// the commit that added this note has the figures; why, we do not know. The claim keeps its
+/// bound and verdict.
 fn slow_calls_reach(r: &mut ExperimentResult) {
-    let median = |who: &str| {
+    let ratio = |who: &str, floor: f64| {
         r.variant(&format!("random-1-{who}"))
             .and_then(|(_, v)| v.metric("slow"))
-            .map(|m| m.summary.median)
+            .map(|m| m.summary.median / floor)
+            .filter(|x| !x.is_nan())
     };
-    let Some(floor) = median("timer").filter(|f| f.is_finite() && *f > 0.0) else {
+    // `slow` counts one more than the calls, so a floor without any slow call is 1 and the
+    // ratios are then 1 + each peer's count: still more slow calls than the empty section's.
+    let Some(floor) = ratio("timer", 1.0).filter(|&f| f >= 1.0) else {
         return;
     };
-    let peers: Vec<(&str, f64)> = Who::ALL
+    let Some(spindle) = ratio(Who::Spindle.id(), floor) else {
+        return;
+    };
+    // Every peer measured, each slow more than 1.5 × as often as the floor.
+    let Some(peers) = Who::ALL
         .iter()
         .filter(|&&w| w != Who::Spindle)
-        .filter_map(|w| median(w.id()).map(|m| (w.id(), m / floor)))
-        .collect();
-    // `slow` counts one more than the calls, so a run without any is 1: a floor of 1 and peers
-    // at 1 say nothing.
-    if peers.is_empty() || peers.iter().any(|&(_, x)| x.is_nan() || x <= 1.5) {
+        .map(|w| {
+            ratio(w.id(), floor)
+                .filter(|&x| x > 1.5)
+                .map(|x| (w.id(), x))
+        })
+        .collect::<Option<Vec<(&str, f64)>>>()
+    else {
+        return;
+    };
+    if peers.is_empty() || peers.iter().all(|&(_, x)| spindle > x) {
         return;
     }
     let Some(c) = r
@@ -1113,10 +1126,11 @@ fn slow_calls_reach(r: &mut ExperimentResult) {
     };
     let figures: Vec<String> = peers.iter().map(|(w, x)| format!("{w} {x:.2} ×")).collect();
     c.explanation.push_str(&format!(
-        "; every peer's calls are slow more than 1.5 × as often as the empty timed section too \
-         (medians: {}): the slow calls are not spindle-alloc's alone, the machine's long stalls \
-         (in a virtual machine, the host taking the CPU for tens of microseconds) land in every \
-         allocator's calls more often than in the floor's empty section",
+        "; every peer's calls, too, are slow more than 1.5 × as often per timed cycle as the \
+         empty timed section's (ratios of medians: spindle-alloc {spindle:.2} ×; {}): the slow \
+         calls are not spindle-alloc's alone, possibly the machine's own stalls (in a virtual \
+         machine, the host taking the CPU), which seem to land in allocator calls more often \
+         than in an empty section",
         figures.join(", ")
     ));
 }
@@ -1144,7 +1158,8 @@ mod tests {
     use super::*;
 
     /// An `alloc` result with only what `slow_calls_reach` reads: `random-1`'s `slow` medians
-    /// by contestant, and the claim with `verdict`.
+    /// by contestant, and the claim with `verdict`. Built from JSON: a field that the result
+    /// types gain shows up here when the test runs, not when it compiles.
     fn slow_result(slow: &[(&str, f64)], verdict: &str) -> ExperimentResult {
         use serde_json::json;
         let summary = |m: f64| {
@@ -1185,7 +1200,8 @@ mod tests {
             slow_calls_reach(&mut r);
             r.claims[0].explanation.clone()
         };
-        // The full profile on the 2-vCPU Intel Xeon guest (medians, 2026-11-29).
+        // Medians of the full profile on the 2-vCPU Intel Xeon guest at 972bb51 (the message
+        // of the commit that added this test).
         let machine = [
             ("spindle", 151.75),
             ("glibc", 135.13),
@@ -1195,11 +1211,9 @@ mod tests {
             ("timer", 71.41),
         ];
         let note = explained(&machine, "violated");
-        assert!(
-            note.starts_with("why; every peer's calls are slow"),
-            "{note}"
-        );
+        assert!(note.starts_with("why; every peer's calls, too,"), "{note}");
         for figure in [
+            "spindle-alloc 2.13 ×;",
             "glibc 1.89 ×",
             "mimalloc 2.66 ×",
             "jemalloc 2.19 ×",
@@ -1207,22 +1221,30 @@ mod tests {
         ] {
             assert!(note.contains(figure), "{figure} in {note}");
         }
-        let medians = note
-            .split("(medians: ")
-            .nth(1)
-            .and_then(|m| m.split(')').next());
-        assert!(medians.is_some_and(|m| !m.contains("spindle")), "{note}");
         // A claim that held gets no note; an undecided one does.
         assert_eq!(explained(&machine, "holds"), "why");
         assert!(explained(&machine, "undecided").starts_with("why; every peer's"));
-        // One peer as quiet as the bound: the machine is not to blame.
-        let mut quiet = machine;
-        quiet[1].1 = 1.5 * 71.41;
-        assert_eq!(explained(&quiet, "violated"), "why");
-        // No slow call anywhere (each `slow` is one more than its count), or no floor.
-        let none = machine.map(|(w, _)| (w, 1.0));
-        assert_eq!(explained(&none, "violated"), "why");
-        assert_eq!(explained(&machine[..5], "violated"), "why");
+        let with =
+            |who: &str, slow: f64| machine.map(|(w, m)| (w, if w == who { slow } else { m }));
+        // One peer quiet, or at the bound: the machine is not shown to be the cause.
+        assert_eq!(explained(&with("glibc", 1.2 * 71.41), "violated"), "why");
+        assert_eq!(explained(&with("glibc", 1.5 * 71.41), "violated"), "why");
+        // A peer not measured (NaN median) or missing, no peers, or no floor.
+        assert_eq!(explained(&with("jemalloc", f64::NAN), "violated"), "why");
+        let without = |who: &str| -> Vec<(&str, f64)> {
+            machine.iter().copied().filter(|&(w, _)| w != who).collect()
+        };
+        assert_eq!(explained(&without("snmalloc"), "violated"), "why");
+        assert_eq!(explained(&without("timer"), "violated"), "why");
+        assert_eq!(
+            explained(&[("spindle", 151.75), ("timer", 71.41)], "violated"),
+            "why"
+        );
+        // spindle-alloc slower than every peer: the note would excuse it, so there is none.
+        assert_eq!(explained(&with("spindle", 50.0 * 71.41), "violated"), "why");
+        // No slow call in the floor (1: the count plus one) but some in every call.
+        let quiet_floor = with("timer", 1.0);
+        assert!(explained(&quiet_floor, "violated").contains("glibc 135.13 ×"));
     }
 
     #[test]
