@@ -1081,11 +1081,11 @@ fn claims(plan: &mut Plan<'_>, sections: &[String]) {
 /// 1.5 × as often per timed cycle as the floor's empty timed section, and spindle-alloc's no
 /// more often than the slowest peer's (ratios of `random-1`'s `slow` medians), the claim says
 /// so with the figures: the slow calls are then not spindle-alloc's alone. On the 2-vCPU Intel
-/// Xeon guest's full profile they were stalls of 20–280 µs with no page fault in them, which
-/// landed in spindle-alloc's and mimalloc's calls (the two probed) about twice as often per
-/// timed cycle as in an empty timed section, or in one that spins, loads or stores a word:
-/// the commit that added this note has the figures; why, we do not know. The claim keeps its
-/// bound and verdict.
+/// Xeon guest, whose full profile violated the claim, a probe of the same workload found them
+/// to be stalls of 20–280 µs with no page fault in them, landing in spindle-alloc's and
+/// mimalloc's calls (the two probed) about twice as often per timed cycle as in an empty timed
+/// section, or in one that spins, loads or stores a word: the commit that added this note has
+/// the figures; why, we do not know. The claim keeps its bound and verdict.
 fn slow_calls_reach(r: &mut ExperimentResult) {
     let ratio = |who: &str, floor: f64| {
         r.variant(&format!("random-1-{who}"))
