@@ -1084,8 +1084,12 @@ fn claims(plan: &mut Plan<'_>, sections: &[String]) {
 /// Xeon guest, whose full profile violated the claim, a probe of the same workload found them
 /// to be stalls of 20–280 µs with no page fault in them, landing in spindle-alloc's and
 /// mimalloc's calls (the two probed) about twice as often per timed cycle as in an empty timed
-/// section, or in one that spins, loads or stores a word: the commit that added this note has
-/// the figures; why, we do not know. The claim keeps its bound and verdict.
+/// section, or in one that spins, or loads or stores a word of the block just allocated; and
+/// ten times as often in one that stores a byte into a random page of a buffer written
+/// beforehand, with no page fault either: touching a page, now and then, waits for the host,
+/// and in each operation an allocator's call is the first to touch its metadata and free
+/// blocks. The commits that added this note have the figures. The claim keeps its bound and
+/// verdict.
 fn slow_calls_reach(r: &mut ExperimentResult) {
     let ratio = |who: &str, floor: f64| {
         r.variant(&format!("random-1-{who}"))
