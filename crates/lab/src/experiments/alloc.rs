@@ -1082,14 +1082,14 @@ fn claims(plan: &mut Plan<'_>, sections: &[String]) {
 /// more often than the slowest peer's (ratios of `random-1`'s `slow` medians), the claim says
 /// so with the figures: the slow calls are then not spindle-alloc's alone. On the 2-vCPU Intel
 /// Xeon guest, whose full profile violated the claim, a probe of the same workload found them
-/// to be stalls of 20–280 µs with no page fault in them, landing in spindle-alloc's and
-/// mimalloc's calls (the two probed) about twice as often per timed cycle as in an empty timed
-/// section, or in one that spins, or loads or stores a word of the block just allocated; and
-/// ten times as often in one that stores a byte into a random page of a buffer written
-/// beforehand, with no page fault either: touching a page, now and then, waits for the host,
-/// and in each operation an allocator's call is the first to touch its metadata and free
-/// blocks. The commits that added this note have the figures. The claim keeps its bound and
-/// verdict.
+/// to be stalls of tens to hundreds of microseconds with no page fault in them, landing in
+/// spindle-alloc's and mimalloc's calls (the two probed) more often per timed cycle than in an
+/// empty timed section, or in one that spins, or loads or stores a word of the block just
+/// allocated; and far more often in one that stores a byte into a random page of a buffer
+/// written beforehand, with no page fault either: touching a page, now and then, waits for
+/// the host, and in each operation an allocator's call is the first to touch its metadata and
+/// free blocks. The commits that added this note have the figures. The claim keeps its bound
+/// and verdict.
 fn slow_calls_reach(r: &mut ExperimentResult) {
     let ratio = |who: &str, floor: f64| {
         r.variant(&format!("random-1-{who}"))
